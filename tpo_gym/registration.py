@@ -1,0 +1,23 @@
+"""Registers every tpo_gym environment id with Gymnasium (idempotent)."""
+
+import gymnasium as gym
+
+_IDS = {
+    "SymmetricBandit-v0": dict(
+        entry_point="tpo_gym.bandits:SymmetricBanditEnv",
+        vector_entry_point="tpo_gym.bandits:SymmetricBanditVectorEnv",
+        max_episode_steps=1,
+    ),
+    "MultiContextBandit-v0": dict(
+        entry_point="tpo_gym.bandits:MultiContextBanditEnv",
+        vector_entry_point="tpo_gym.bandits:MultiContextBanditVectorEnv",
+        max_episode_steps=1,
+    ),
+}
+
+
+def register_all() -> None:
+    """Register the ids that are not registered yet."""
+    for env_id, kwargs in _IDS.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, **kwargs)
