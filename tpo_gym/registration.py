@@ -6,12 +6,10 @@ _IDS = {
     "SymmetricBandit-v0": dict(
         entry_point="tpo_gym.bandits:SymmetricBanditEnv",
         vector_entry_point="tpo_gym.bandits:SymmetricBanditVectorEnv",
-        max_episode_steps=1,
     ),
     "MultiContextBandit-v0": dict(
         entry_point="tpo_gym.bandits:MultiContextBanditEnv",
         vector_entry_point="tpo_gym.bandits:MultiContextBanditVectorEnv",
-        max_episode_steps=1,
     ),
 }
 
