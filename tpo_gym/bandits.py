@@ -41,11 +41,16 @@ class BanditResetNeeded(gym.error.ResetNeeded, ValueError):
 # --------------------------------------------------------------------------- validation
 
 
+def _show(value: Any) -> str:
+    """``repr`` of a value, numpy scalars shown as plain Python numbers (``10``, not ``np.int64(10)``)."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
 def _check_int(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {_show(value)}")
     if value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {_show(value)}")
     return int(value)
 
 
@@ -61,9 +66,9 @@ def _check_scalar_action(action: Any, n_actions: int, what: str = "action") -> i
     if isinstance(action, np.ndarray) and action.shape == () and action.dtype != object:
         action = action[()]
     if isinstance(action, (bool, np.bool_)) or not isinstance(action, (int, np.integer)):
-        raise ValueError(f"invalid {what} {action!r} of type {type(action).__name__}; {valid}")
+        raise ValueError(f"invalid {what} {_show(action)} of type {type(action).__name__}; {valid}")
     if not 0 <= action < n_actions:
-        raise ValueError(f"invalid {what} {action!r} (out of range); {valid}")
+        raise ValueError(f"invalid {what} {_show(action)} (out of range); {valid}")
     return int(action)
 
 
@@ -80,7 +85,7 @@ def _check_action_batch(actions: Any, n_actions: int, num_envs: int) -> np.ndarr
     bad = (arr < 0) | (arr >= n_actions)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"invalid action {arr[i]!r} for sub-env {i} (out of range); {valid}")
+        raise ValueError(f"invalid action {_show(arr[i])} for sub-env {i} (out of range); {valid}")
     return arr.astype(np.int64)
 
 
@@ -104,7 +109,7 @@ def _draw_correct_actions(
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise ValueError(
-                f"correct_actions[{i}] = {table[i]!r} is out of range; "
+                f"correct_actions[{i}] = {_show(table[i])} is out of range; "
                 f"valid actions are integers in [0, {n_actions - 1}]"
             )
     table = np.array(table, dtype=np.int64)
@@ -117,9 +122,11 @@ def _check_context(context: Any, n_contexts: int) -> int:
     if isinstance(context, np.ndarray) and context.shape == () and context.dtype != object:
         context = context[()]
     if isinstance(context, (bool, np.bool_)) or not isinstance(context, (int, np.integer)):
-        raise ValueError(f"invalid context {context!r} of type {type(context).__name__}; {valid}")
+        raise ValueError(
+            f"invalid context {_show(context)} of type {type(context).__name__}; {valid}"
+        )
     if not 0 <= context < n_contexts:
-        raise ValueError(f"invalid context {context!r} (out of range); {valid}")
+        raise ValueError(f"invalid context {_show(context)} (out of range); {valid}")
     return int(context)
 
 
@@ -138,7 +145,7 @@ def _check_context_batch(contexts: Any, n_contexts: int, num_envs: int) -> np.nd
     bad = (arr < 0) | (arr >= n_contexts)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"invalid context {arr[i]!r} for sub-env {i} (out of range); {valid}")
+        raise ValueError(f"invalid context {_show(arr[i])} for sub-env {i} (out of range); {valid}")
     return arr.astype(np.int64)
 
 
@@ -687,6 +694,4 @@ class MultiContextBanditVectorEnv(_BanditVectorEnv):
 
     def _draw_contexts(self) -> np.ndarray:
         n = self.n_contexts
-        return np.fromiter(
-            (g.integers(n) for g in self._rngs), dtype=np.int64, count=self.num_envs
-        )
+        return np.fromiter((g.integers(n) for g in self._rngs), dtype=np.int64, count=self.num_envs)

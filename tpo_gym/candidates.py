@@ -95,13 +95,13 @@ def check_candidate_actions(
     if not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(
             f"candidate actions must have an integer dtype, got dtype {arr.dtype} "
-            f"(first value {arr.flat[0]!r}); valid actions are integers in [0, {n_actions - 1}]"
+            f"(first value {arr.flat[0].item()!r}); valid actions are integers in [0, {n_actions - 1}]"
         )
     bad = (arr < 0) | (arr >= n_actions)
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         raise ValueError(
-            f"candidate action {arr[idx]!r} at index {idx} is out of range; "
+            f"candidate action {arr[idx].item()!r} at index {idx} is out of range; "
             f"valid actions are integers in [0, {n_actions - 1}]"
         )
     return arr.astype(np.int64, copy=True)
