@@ -166,7 +166,7 @@ def _check_options(options: dict[str, Any] | None) -> dict[str, Any]:
 class _BanditEnv(gym.Env[np.int64, np.int64]):
     """Shared implementation: a table of correct actions indexed by the current context."""
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+    metadata = {"render_modes": ["ansi"], "render_fps": 1, "tpo_group_mode": "all_actions"}
     _name = "Bandit"
 
     def __init__(
@@ -411,6 +411,7 @@ class _BanditVectorEnv(gym.vector.VectorEnv):
         "render_modes": ["ansi"],
         "render_fps": 1,
         "autoreset_mode": AutoresetMode.SAME_STEP,
+        "tpo_group_mode": "all_actions",
     }
     _name = "Bandit"
 

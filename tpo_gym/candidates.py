@@ -121,3 +121,12 @@ def score_candidates(env: Any, actions: Any) -> np.ndarray:
             "(no `score_candidates` on env.unwrapped)"
         )
     return getattr(env, "unwrapped", env).score_candidates(actions)
+
+
+GROUP_MODE_KEY = "tpo_group_mode"
+"""Env ``metadata`` key naming how grouped agents should form groups by default.
+
+``"all_actions"`` marks bandit-feedback envs (one step per episode, a small action set):
+agents form each group from every action with sampled-feedback scores instead of asking
+``score_candidates`` for the reward of unsampled actions, which would reveal the answer.
+"""

@@ -244,6 +244,8 @@ def find_image_classification_files(
         if npz is not None and (folder / npz).is_file():
             return (folder / npz,)
     searched = "\n".join(f"  - {f}" for f in folders)
+    var = _ENV_VARS[dataset]
+    env_note = f"${var}={os.environ[var]!r}" if os.environ.get(var) else f"${var} is not set"
     wanted = f"{image_names[0]} and {label_names[0]} (optionally gzipped, .gz)"
     if dataset in _KERAS_NPZ:
         wanted += f", or Keras' {_KERAS_NPZ[dataset]}"
@@ -263,7 +265,8 @@ def find_image_classification_files(
             "For a dataset that needs no files, use dataset='digits'."
         )
     raise FileNotFoundError(
-        f"{dataset} {split} split not found: need {wanted}. Searched:\n{searched}\n{hint}"
+        f"{dataset} {split} split not found: need {wanted}. Searched ({env_note}):\n"
+        f"{searched}\n{hint}"
     )
 
 
@@ -276,9 +279,7 @@ def _validate(images: np.ndarray, labels: np.ndarray, source: str) -> None:
             f"{source}: expected uint8 images of shape [n, h, w], got {images.dtype} {images.shape}"
         )
     if labels.ndim != 1 or labels.shape[0] != images.shape[0]:
-        raise ValueError(
-            f"{source}: {images.shape[0]} images but labels of shape {labels.shape}"
-        )
+        raise ValueError(f"{source}: {images.shape[0]} images but labels of shape {labels.shape}")
     if labels.size and (labels.min() < 0 or labels.max() >= NUM_CLASSES):
         raise ValueError(
             f"{source}: labels must lie in [0, {NUM_CLASSES - 1}], "
@@ -317,9 +318,7 @@ def _load_digits(split: str) -> tuple[np.ndarray, np.ndarray]:
     try:
         from sklearn.datasets import load_digits
     except ImportError as e:  # pragma: no cover - scikit-learn is a declared dependency
-        raise ImportError(
-            "dataset 'digits' needs scikit-learn (`pip install scikit-learn`)"
-        ) from e
+        raise ImportError("dataset 'digits' needs scikit-learn (`pip install scikit-learn`)") from e
     bunch = load_digits()
     x = np.asarray(bunch.data, dtype=np.float32) / np.float32(16.0)
     y = np.asarray(bunch.target, dtype=np.int64)

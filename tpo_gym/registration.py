@@ -11,6 +11,10 @@ _IDS = {
         entry_point="tpo_gym.bandits:MultiContextBanditEnv",
         vector_entry_point="tpo_gym.bandits:MultiContextBanditVectorEnv",
     ),
+    "MNISTBandit-v0": dict(
+        entry_point="tpo_gym.mnist:MNISTBanditEnv",
+        vector_entry_point="tpo_gym.mnist:MNISTBanditVectorEnv",
+    ),
 }
 
 

@@ -1,0 +1,310 @@
+"""The shared grouped-algorithm base: rollout of groups, then epochs of one objective.
+
+Every agent (TPO, GRPO, DG, PG and the ablations) is this loop with a different
+objective: collect ``batch_size`` groups (contexts) with a collector from
+:mod:`tpo_agents.sampling`, freeze their rollout-time log-probs, then take ``n_epochs``
+gradient steps on the whole batch. One iteration = one rollout + its epochs.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.utils import safe_mean
+from stable_baselines3.common.vec_env import VecEnv
+
+from tpo_agents.groups import LOGP_REDUCTIONS, GroupBatch
+from tpo_agents.policies.mlp import MlpPolicy
+from tpo_agents.sampling import COLLECTORS, GROUP_MODES
+from tpo_agents.vec_env import make_training_env
+
+SelfGrouped = TypeVar("SelfGrouped", bound="GroupedAlgorithm")
+
+
+class GroupedAlgorithm(BaseAlgorithm):
+    """Base class of the grouped agents (SB3 ``BaseAlgorithm`` API).
+
+    :param policy: an alias from ``policy_aliases`` (``"MlpPolicy"``) or a policy class.
+    :param env: an env id, a ``gym.Env``, a Gymnasium ``VectorEnv`` or an SB3 ``VecEnv``.
+        Ids and registered envs with a native vector implementation (all ``tpo_gym``
+        envs) are rebuilt as that vector env with ``n_envs`` sub-envs.
+    :param learning_rate: float or schedule of the remaining progress (1 -> 0).
+    :param n_candidates: K, candidates per group (``per_state`` and ``sequence`` modes).
+    :param batch_size: contexts (groups) per iteration; every epoch is one gradient step
+        on all of them.
+    :param n_epochs: gradient steps per rollout batch (targets stay frozen).
+    :param n_envs: sub-envs when the env is built here (default: ``batch_size`` for
+        native vector envs, ``n_candidates`` otherwise).
+    :param group_mode: ``"auto"`` or one of ``all_actions``, ``per_state``,
+        ``sequence``, ``single`` (see :mod:`tpo_agents.sampling`).
+    :param logp_reduction: ``"sum"`` (the paper) or ``"mean"`` of a sequence candidate's
+        step log-probs.
+    :param max_grad_norm: clip the gradient norm (None: no clipping; the norm is logged).
+    :param optimizer_class: optimizer of the policy (default Adam), passed to the policy.
+    :param optimizer_kwargs: its extra arguments.
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MlpPolicy": MlpPolicy}
+    default_n_epochs: ClassVar[int] = 4
+    policy: MlpPolicy
+
+    def __init__(
+        self,
+        policy: str | type[BasePolicy],
+        env: GymEnv | str | None,
+        learning_rate: float | Schedule = 1e-3,
+        n_candidates: int = 8,
+        batch_size: int = 100,
+        n_epochs: int | None = None,
+        n_envs: int | None = None,
+        group_mode: str = "auto",
+        logp_reduction: str = "sum",
+        max_grad_norm: float | None = None,
+        optimizer_class: type[torch.optim.Optimizer] | None = None,
+        optimizer_kwargs: dict[str, Any] | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: torch.device | str = "auto",
+        _init_setup_model: bool = True,
+    ):
+        self.n_candidates = _int_at_least("n_candidates", n_candidates, 2)
+        self.batch_size = _int_at_least("batch_size", batch_size, 1)
+        self.n_epochs = _int_at_least("n_epochs", self.default_n_epochs if n_epochs is None else n_epochs, 1)
+        if group_mode != "auto" and group_mode not in GROUP_MODES:
+            raise ValueError(f"group_mode must be 'auto' or one of {GROUP_MODES}; got {group_mode!r}")
+        if logp_reduction not in LOGP_REDUCTIONS:
+            raise ValueError(f"logp_reduction must be one of {LOGP_REDUCTIONS}; got {logp_reduction!r}")
+        if max_grad_norm is not None and not max_grad_norm > 0:
+            raise ValueError(f"max_grad_norm must be > 0 or None; got {max_grad_norm!r}")
+        self.group_mode = group_mode
+        self.logp_reduction = logp_reduction
+        self.max_grad_norm = max_grad_norm
+        policy_kwargs = dict(policy_kwargs or {})
+        if optimizer_class is not None:
+            policy_kwargs["optimizer_class"] = optimizer_class
+        if optimizer_kwargs is not None:
+            policy_kwargs["optimizer_kwargs"] = optimizer_kwargs
+        if env is not None:
+            if n_envs is None:
+                n_envs = self.batch_size if _has_native_vector(env) else self.n_candidates
+            env = make_training_env(env, n_envs, seed)
+            _check_action_space(type(self).__name__, env.action_space)
+        super().__init__(
+            policy=policy,
+            env=env,
+            learning_rate=learning_rate,
+            policy_kwargs=policy_kwargs,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            verbose=verbose,
+            device=device,
+            support_multi_env=True,
+            seed=seed,
+            supported_action_spaces=(spaces.Discrete,),
+        )
+        self._batch: GroupBatch | None = None
+        if _init_setup_model:
+            self._setup_model()
+
+    # ------------------------------------------------------------------ setup
+    @staticmethod
+    def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
+        return make_training_env(env, None)
+
+    def _setup_model(self) -> None:
+        self._setup_lr_schedule()
+        self.set_random_seed(self.seed)
+        self.policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs)
+        self.policy = self.policy.to(self.device)
+        self._np_rng = np.random.default_rng(self.seed)
+        self._episode_in_progress = np.zeros(self.n_envs, dtype=bool)
+        self._resolved_group_mode = None
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "_batch", "_resolved_group_mode", "_episode_in_progress"]
+
+    def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
+        super().set_env(env, force_reset)
+        self._episode_in_progress = np.zeros(self.n_envs, dtype=bool)
+        self._resolved_group_mode = None
+
+    # ----------------------------------------------------------- group modes
+    def default_group_mode(self, hint: str | None, can_score: bool) -> str:
+        """The collection mode for an env; subclasses choose (see sampling)."""
+        raise NotImplementedError
+
+    def resolve_group_mode(self) -> str:
+        """``group_mode``, or the subclass default for this env when it is ``"auto"``."""
+        if self.group_mode != "auto":
+            return self.group_mode
+        metadata = self.env.get_attr("metadata", indices=[0])[0] or {}
+        return self.default_group_mode(metadata.get("tpo_group_mode"), _can_score(self.env))
+
+    # ---------------------------------------------------------------- rollout
+    def _check_finite_rewards(self, rewards: np.ndarray, where: str = "env.step") -> None:
+        rewards = np.asarray(rewards)
+        if not np.isfinite(rewards).all():
+            bad = np.flatnonzero(~np.isfinite(rewards.reshape(len(rewards), -1)).all(-1))
+            raise ValueError(
+                f"{where} returned a non-finite reward {rewards[bad[0]]!r} at timestep "
+                f"{self.num_timesteps} (sub-env {int(bad[0])}); rewards must be finite numbers"
+            )
+
+    def _after_env_step(self, callback: BaseCallback, new_obs, rewards, dones, infos, n_counted: int) -> bool:
+        """Bookkeeping after one vector step; returns False when a callback stops training."""
+        self._check_finite_rewards(rewards)
+        self.num_timesteps += n_counted
+        self._last_obs = new_obs
+        self._episode_in_progress = ~np.asarray(dones, dtype=bool)
+        self._update_info_buffer(infos, dones)
+        callback.update_locals(locals())
+        return bool(callback.on_step())
+
+    def collect_rollouts(self, callback: BaseCallback) -> bool:
+        """Collect one batch of groups into ``self._batch``; False if a callback stopped it."""
+        if self._resolved_group_mode is None:
+            self._resolved_group_mode = self.resolve_group_mode()
+        collector = COLLECTORS[self._resolved_group_mode](self)
+        self.policy.set_training_mode(False)
+        callback.on_rollout_start()
+        batch = collector.collect(callback, self.batch_size)
+        if batch is None:
+            return False
+        self._batch = batch
+        callback.update_locals(locals())
+        callback.on_rollout_end()
+        return True
+
+    # ------------------------------------------------------------------ train
+    def prepare(self, batch: GroupBatch) -> dict[str, torch.Tensor]:
+        """Quantities frozen for all epochs of a batch (targets, advantages)."""
+        return {}
+
+    def compute_loss(
+        self, batch: GroupBatch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """The objective to minimise, from current candidate log-probs ``logp`` [G, K]."""
+        raise NotImplementedError
+
+    def diagnostics(self, batch: GroupBatch, frozen: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Extra per-batch metrics for the logger."""
+        return {}
+
+    def train(self) -> None:
+        """``n_epochs`` gradient steps on the current batch."""
+        assert self._batch is not None, "train() needs a batch: call collect_rollouts first"
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        batch = self._batch.to(self.device)
+        with torch.no_grad():
+            frozen = self.prepare(batch)
+        losses, grad_norms = [], []
+        params = list(self.policy.parameters())
+        for _ in range(self.n_epochs):
+            logp = batch.log_probs(self.policy)
+            loss = self.compute_loss(batch, logp, frozen)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(
+                    f"{type(self).__name__} loss became {loss.item()} at timestep {self.num_timesteps}"
+                )
+            self.policy.optimizer.zero_grad()
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm or math.inf)
+            self.policy.optimizer.step()
+            losses.append(loss.item())
+            grad_norms.append(float(norm))
+        self._n_updates += self.n_epochs
+        self.logger.record("train/loss", float(np.mean(losses)))
+        self.logger.record("train/grad_norm", float(np.mean(grad_norms)))
+        self.logger.record("train/mean_score", float(batch.scores[batch.mask].mean()))
+        for key, value in self.diagnostics(batch, frozen).items():
+            self.logger.record(f"train/{key}", value)
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+
+    # ------------------------------------------------------------------ learn
+    def learn(
+        self: SelfGrouped,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str | None = None,
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfGrouped:
+        """Train for ``total_timesteps`` env steps (see :mod:`tpo_agents.sampling`)."""
+        iteration = 0
+        total_timesteps, callback = self._setup_learn(
+            total_timesteps, callback, reset_num_timesteps, tb_log_name or type(self).__name__, progress_bar
+        )
+        callback.on_training_start(locals(), globals())
+        while self.num_timesteps < total_timesteps:
+            if not self.collect_rollouts(callback):
+                break
+            iteration += 1
+            self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
+            self.train()
+            if log_interval is not None and iteration % log_interval == 0:
+                self.dump_logs(iteration)
+        callback.on_training_end()
+        return self
+
+    def dump_logs(self, iteration: int) -> None:
+        """Write the logger's record (stdout / CSV / tensorboard as configured)."""
+        elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
+        self.logger.record("time/iterations", iteration, exclude="tensorboard")
+        if self.ep_info_buffer:
+            self.logger.record("rollout/ep_rew_mean", safe_mean([e["r"] for e in self.ep_info_buffer]))
+            self.logger.record("rollout/ep_len_mean", safe_mean([e["l"] for e in self.ep_info_buffer]))
+        self.logger.record("time/fps", int((self.num_timesteps - self._num_timesteps_at_start) / elapsed))
+        self.logger.record("time/time_elapsed", int(elapsed), exclude="tensorboard")
+        self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
+        self.logger.dump(step=self.num_timesteps)
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _int_at_least(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
+    return int(value)
+
+
+def _check_action_space(algo: str, action_space: spaces.Space) -> None:
+    if not isinstance(action_space, spaces.Discrete):
+        raise ValueError(
+            f"{algo} supports Discrete action spaces only; got {action_space}. "
+            "(Continuous actions have no finite candidate set to form groups over.)"
+        )
+
+
+def _has_native_vector(env: Any) -> bool:
+    import gymnasium as gym
+
+    from tpo_agents.vec_env import native_vector_entry
+
+    if isinstance(env, str):
+        return native_vector_entry(gym.spec(env))
+    return isinstance(env, gym.Env) and native_vector_entry(env.spec)
+
+
+def _can_score(vec_env: VecEnv) -> bool:
+    """Whether candidates can be scored through the env's ``score_candidates``."""
+    try:
+        vec_env.get_attr("score_candidates", indices=[0])
+    except AttributeError:
+        return False
+    return True

@@ -1,0 +1,97 @@
+"""The group batch: one structure that feeds every grouped objective.
+
+A batch holds G groups (contexts) of K candidates. A candidate is a sequence of one or
+more *steps*; each step is an action taken at a stored state. The log-probability of a
+candidate is the sum (or mean, see ``logp_reduction``) of its steps' log-probabilities.
+
+* all-actions groups (bandits): one state per group, K = A steps (every action);
+* per-state groups (token level): one state per group, K sampled steps;
+* sequence groups (K rollouts per context): one step per visited state, many steps per
+  candidate;
+* single-sample batches (PG, DG, batch-standardized GRPO): K = 1.
+
+Storing unique states once and indexing them keeps the policy forward pass at one row
+per state, however many candidates share it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from tpo_agents.policies.mlp import CategoricalPolicy
+
+LOGP_REDUCTIONS = ("sum", "mean")
+
+
+@dataclass
+class GroupBatch:
+    """Candidates, frozen rollout-time log-probs and raw scores of G groups of K.
+
+    :param states: observations, one row per distinct state (numpy, as the env gives them).
+    :param step_state: ``[n_steps]`` index into ``states`` of each step.
+    :param step_action: ``[n_steps]`` action of each step.
+    :param step_candidate: ``[n_steps]`` flat candidate index ``g * K + k`` of each step.
+    :param scores: ``[G, K]`` raw scores (rewards or returns) of each candidate.
+    :param mask: ``[G, K]`` bool, False for padded candidates.
+    :param old_logp: ``[G, K]`` log pi_old(candidate | context), frozen at rollout.
+    :param baseline: ``[G]`` optional per-group baseline for single-sample methods.
+    :param logp_reduction: ``"sum"`` (the paper) or ``"mean"`` over a candidate's steps.
+    """
+
+    states: np.ndarray
+    step_state: torch.Tensor
+    step_action: torch.Tensor
+    step_candidate: torch.Tensor
+    scores: torch.Tensor
+    mask: torch.Tensor
+    old_logp: torch.Tensor
+    baseline: torch.Tensor | None = None
+    logp_reduction: str = "sum"
+
+    def __post_init__(self) -> None:
+        if self.logp_reduction not in LOGP_REDUCTIONS:
+            raise ValueError(f"logp_reduction must be one of {LOGP_REDUCTIONS}; got {self.logp_reduction!r}")
+        G, K = self.scores.shape
+        self._steps_per_candidate = torch.zeros(G * K, dtype=torch.float32).index_add_(
+            0, self.step_candidate, torch.ones(len(self.step_candidate))
+        )
+
+    @property
+    def n_groups(self) -> int:
+        return self.scores.shape[0]
+
+    @property
+    def group_size(self) -> int:
+        return self.scores.shape[1]
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.step_action)
+
+    def log_probs(self, policy: CategoricalPolicy) -> torch.Tensor:
+        """``[G, K]`` log pi(candidate | context) under ``policy`` (with gradient)."""
+        obs, _ = policy.obs_to_tensor(self.states)
+        table = policy.action_log_probs(obs)
+        step_logp = table[self.step_state, self.step_action]
+        return self.reduce_steps(step_logp)
+
+    def reduce_steps(self, step_logp: torch.Tensor) -> torch.Tensor:
+        """Sum (or average) per-step log-probs into ``[G, K]`` candidate log-probs."""
+        G, K = self.scores.shape
+        flat = torch.zeros(G * K, dtype=step_logp.dtype, device=step_logp.device)
+        flat = flat.index_add(0, self.step_candidate.to(step_logp.device), step_logp)
+        if self.logp_reduction == "mean":
+            flat = flat / self._steps_per_candidate.to(flat).clamp_min(1)
+        return flat.view(G, K)
+
+    def to(self, device: torch.device) -> GroupBatch:
+        """The same batch with its tensors on ``device`` (states stay numpy)."""
+        moved = {
+            name: getattr(self, name).to(device)
+            for name in ("step_state", "step_action", "step_candidate", "scores", "mask", "old_logp")
+        }
+        baseline = None if self.baseline is None else self.baseline.to(device)
+        return GroupBatch(self.states, baseline=baseline, logp_reduction=self.logp_reduction, **moved)

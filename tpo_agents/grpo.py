@@ -1,0 +1,73 @@
+"""GRPO: group-standardized advantages in a clipped surrogate with a KL to the snapshot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tpo_agents import objectives as obj
+from tpo_agents.base import GroupedAlgorithm
+from tpo_agents.groups import GroupBatch
+
+
+class GRPO(GroupedAlgorithm):
+    """Group Relative Policy Optimization (SB3 API).
+
+    Loss: PPO clipped surrogate of the group z-scored advantages plus
+    ``beta * (exp(-r) + r - 1)``, ``r = log pi_theta - log pi_old`` (the rollout snapshot).
+
+    Groups (``group_mode="auto"``): on bandit envs one sampled action per context and
+    the whole batch standardized as one group (the paper's single-sample GRPO);
+    K candidates per state with ``score_candidates``; otherwise K rollouts per context.
+
+    :param clip_range: PPO epsilon (0.2).
+    :param beta: KL coefficient (0.04); 0 gives GRPO (no KL).
+    :param mask_zero_variance: drop groups whose scores are all equal.
+    """
+
+    def __init__(
+        self,
+        policy,
+        env,
+        *args: Any,
+        clip_range: float = 0.2,
+        beta: float = 0.04,
+        mask_zero_variance: bool = False,
+        **kwargs: Any,
+    ):
+        if not clip_range > 0:
+            raise ValueError(f"clip_range must be > 0; got {clip_range!r}")
+        if not beta >= 0:
+            raise ValueError(f"beta must be >= 0; got {beta!r}")
+        self.clip_range = float(clip_range)
+        self.beta = float(beta)
+        self.mask_zero_variance = bool(mask_zero_variance)
+        super().__init__(policy, env, *args, **kwargs)
+
+    def default_group_mode(self, hint: str | None, can_score: bool) -> str:
+        if hint == "all_actions":
+            return "single"
+        return "per_state" if can_score else "sequence"
+
+    @staticmethod
+    def _as_groups(batch: GroupBatch, x: torch.Tensor) -> torch.Tensor:
+        """Single-sample batches ([G, 1]) form one group of G across the batch."""
+        return x.T if batch.group_size == 1 else x
+
+    def compute_loss(self, batch: GroupBatch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]) -> torch.Tensor:
+        g = self._as_groups
+        return obj.grpo_loss(
+            g(batch, logp),
+            g(batch, batch.old_logp),
+            g(batch, batch.scores),
+            clip_range=self.clip_range,
+            beta=self.beta,
+            mask_zero_variance=self.mask_zero_variance,
+            mask=g(batch, batch.mask),
+        )
+
+    def diagnostics(self, batch: GroupBatch, frozen: dict[str, torch.Tensor]) -> dict[str, float]:
+        scores = self._as_groups(batch, batch.scores)
+        mask = self._as_groups(batch, batch.mask)
+        return {"zero_variance_frac": obj.zero_variance_groups(scores, mask=mask).float().mean().item()}

@@ -1,0 +1,108 @@
+"""A categorical MLP policy for ``Discrete`` action spaces (SB3 ``BasePolicy``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.torch_layers import (
+    BaseFeaturesExtractor,
+    FlattenExtractor,
+    create_mlp,
+)
+from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
+from torch import nn
+
+
+class CategoricalPolicy(BasePolicy):
+    """Base of the policies the grouped agents train: ``action_logits(obs) -> [N, A]``.
+
+    Subclasses build ``self.action_net`` (features -> logits). Sampling, greedy
+    prediction and log-probabilities are shared. The optimizer lives in
+    ``self.optimizer`` (SB3's convention, so it is saved with the model).
+    """
+
+    def action_logits(self, obs: PyTorchObs) -> torch.Tensor:
+        """Unnormalised log-probabilities of every action, shape ``[N, n_actions]``."""
+        features = self.extract_features(obs, self.features_extractor)
+        return self.action_net(features)
+
+    def action_log_probs(self, obs: PyTorchObs) -> torch.Tensor:
+        """``log pi(a | obs)`` for every action, shape ``[N, n_actions]``."""
+        return torch.log_softmax(self.action_logits(obs), dim=-1)
+
+    def sample(self, log_probs: torch.Tensor, n: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``n`` actions per row drawn from ``exp(log_probs)``, shape ``[N, n]``."""
+        return torch.multinomial(log_probs.exp(), n, replacement=True, generator=generator)
+
+    def forward(self, obs: PyTorchObs, deterministic: bool = False) -> torch.Tensor:
+        return self._predict(obs, deterministic)
+
+    def _predict(self, observation: PyTorchObs, deterministic: bool = False) -> torch.Tensor:
+        log_probs = self.action_log_probs(observation)
+        if deterministic:
+            return log_probs.argmax(dim=-1)
+        return self.sample(log_probs).squeeze(-1)
+
+
+class MlpPolicy(CategoricalPolicy):
+    """Categorical policy: features -> MLP -> logits over a ``Discrete`` action space.
+
+    ``Box`` observations are flattened, ``Discrete`` ones one-hot encoded (SB3's
+    ``preprocess_obs``). ``predict(obs, deterministic=True)`` is the greedy action.
+
+    :param observation_space: ``Box`` or ``Discrete`` (or any space SB3's extractors take).
+    :param action_space: ``Discrete``.
+    :param lr_schedule: learning-rate schedule (its value at progress 1 is the start lr).
+    :param net_arch: hidden layer sizes, e.g. ``[50, 50]`` for the paper's MNIST MLP.
+    :param activation_fn: activation class between hidden layers.
+    :param optimizer_class: ``torch.optim.Adam`` by default.
+    :param optimizer_kwargs: extra optimizer arguments.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        net_arch: list[int] | None = None,
+        activation_fn: type[nn.Module] = nn.Tanh,
+        features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
+        features_extractor_kwargs: dict[str, Any] | None = None,
+        normalize_images: bool = True,
+        optimizer_class: type[torch.optim.Optimizer] = torch.optim.Adam,
+        optimizer_kwargs: dict[str, Any] | None = None,
+    ):
+        if not isinstance(action_space, spaces.Discrete):
+            raise ValueError(f"MlpPolicy needs a Discrete action space; got {action_space}")
+        super().__init__(
+            observation_space,
+            action_space,
+            features_extractor_class,
+            features_extractor_kwargs,
+            optimizer_class=optimizer_class,
+            optimizer_kwargs=optimizer_kwargs,
+            normalize_images=normalize_images,
+        )
+        self.net_arch = [64, 64] if net_arch is None else list(net_arch)
+        self.activation_fn = activation_fn
+        self.features_extractor = self.make_features_extractor()
+        layers = create_mlp(self.features_extractor.features_dim, int(action_space.n), self.net_arch, activation_fn)
+        self.action_net = nn.Sequential(*layers)
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(
+            lr_schedule=self._dummy_schedule,  # not needed to load the policy alone
+            net_arch=self.net_arch,
+            activation_fn=self.activation_fn,
+            features_extractor_class=self.features_extractor_class,
+            features_extractor_kwargs=self.features_extractor_kwargs,
+            normalize_images=self.normalize_images,
+            optimizer_class=self.optimizer_class,
+            optimizer_kwargs=self.optimizer_kwargs,
+        )
+        return data

@@ -1,0 +1,267 @@
+"""How groups are collected from a ``VecEnv``.
+
+Three grouped collectors and the single-sample one fill a :class:`GroupBatch`:
+
+``all_actions``
+    Bandit form (SPEC section 3, MNIST): at each visited state sample one action
+    ``a ~ pi``, observe its reward ``r`` and form the score vector ``(r - b) e_a`` over
+    *all* actions, with baseline ``b = sum_a pi(a)^2``. Sampled feedback only.
+``per_state``
+    Token-level form: at each visited state sample K candidates, score them with the
+    env's ``score_candidates`` and follow candidate 0.
+``sequence``
+    K full rollouts per context; the score is the episode return. Contexts are replayed
+    by K resets with the same seed, so any env whose reset is deterministic given a seed
+    works (CartPole, Acrobot, ...).
+``single``
+    One sampled rollout per context (PG, DG, batch-standardized GRPO): K = 1, the score
+    is the episode return, and the batch is collected with the env's own autoreset.
+
+Timesteps: every env step of every sub-env counts once (``num_timesteps`` as in SB3).
+A ``per_state`` step scores K candidates but counts as one step; a ``sequence`` group of
+K rollouts counts the steps of all K episodes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+
+from tpo_agents.groups import GroupBatch
+
+if TYPE_CHECKING:
+    from tpo_agents.base import GroupedAlgorithm
+
+GROUP_MODES = ("all_actions", "per_state", "sequence", "single")
+
+
+def vec_score_candidates(vec_env, actions: np.ndarray) -> np.ndarray:
+    """Scores ``[n_envs, K]`` of candidate actions through the scoring protocol.
+
+    Uses the vector env's own (vectorized) ``score_candidates`` when it has one, else
+    calls each sub-env's ``score_candidates`` through ``env_method``.
+    """
+    try:
+        native = vec_env.score_candidates
+    except AttributeError:
+        native = None
+    if native is not None:
+        return np.asarray(native(actions), dtype=np.float64)
+    rows = [vec_env.env_method("score_candidates", actions[i], indices=[i])[0] for i in range(len(actions))]
+    return np.asarray(rows, dtype=np.float64)
+
+
+def _stack_states(states: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate([np.asarray(s) for s in states], axis=0)
+
+
+class Collector:
+    """Base: runs env steps with callbacks and bookkeeping shared by every mode."""
+
+    mode = ""
+
+    def __init__(self, algo: GroupedAlgorithm):
+        self.algo = algo
+
+    @torch.no_grad()
+    def policy_log_probs(self, obs: np.ndarray) -> torch.Tensor:
+        obs_t, _ = self.algo.policy.obs_to_tensor(obs)
+        return self.algo.policy.action_log_probs(obs_t).float().cpu()
+
+    def collect(self, callback: BaseCallback, n_groups: int) -> GroupBatch | None:
+        raise NotImplementedError
+
+    def finish(self, batch: GroupBatch) -> GroupBatch:
+        """Freeze the rollout-time log-probs of every candidate."""
+        with torch.no_grad():
+            batch.old_logp = batch.log_probs(self.algo.policy).float().cpu()
+        return batch
+
+
+class AllActionsCollector(Collector):
+    """One group per visited state: all A actions, sampled-feedback scores."""
+
+    mode = "all_actions"
+
+    def collect(self, callback: BaseCallback, n_groups: int) -> GroupBatch | None:
+        algo = self.algo
+        n_actions = int(algo.action_space.n)
+        states, scores, baselines = [], [], []
+        collected = 0
+        while collected < n_groups:
+            obs = algo._last_obs
+            log_probs = self.policy_log_probs(obs)
+            actions = algo.policy.sample(log_probs, 1).squeeze(-1)
+            pi = log_probs.exp()
+            b = (pi**2).sum(-1)
+            new_obs, rewards, dones, infos = algo.env.step(actions.numpy())
+            if not algo._after_env_step(callback, new_obs, rewards, dones, infos, algo.n_envs):
+                return None
+            s = torch.zeros(len(actions), n_actions)
+            s[torch.arange(len(actions)), actions] = torch.as_tensor(rewards, dtype=torch.float32) - b
+            states.append(obs)
+            scores.append(s)
+            baselines.append(b)
+            collected += len(actions)
+        scores_t = torch.cat(scores)
+        G = len(scores_t)
+        batch = GroupBatch(
+            states=_stack_states(states),
+            step_state=torch.arange(G).repeat_interleave(n_actions),
+            step_action=torch.arange(n_actions).repeat(G),
+            step_candidate=torch.arange(G * n_actions),
+            scores=scores_t,
+            mask=torch.ones(G, n_actions, dtype=torch.bool),
+            old_logp=torch.zeros(G, n_actions),
+            baseline=torch.cat(baselines),
+        )
+        return self.finish(batch)
+
+
+class PerStateCollector(Collector):
+    """One group per visited state: K sampled candidates scored by the env; follow #0."""
+
+    mode = "per_state"
+
+    def collect(self, callback: BaseCallback, n_groups: int) -> GroupBatch | None:
+        algo = self.algo
+        K = algo.n_candidates
+        states, cands, scores = [], [], []
+        collected = 0
+        while collected < n_groups:
+            obs = algo._last_obs
+            log_probs = self.policy_log_probs(obs)
+            candidates = algo.policy.sample(log_probs, K)
+            s = vec_score_candidates(algo.env, candidates.numpy())
+            algo._check_finite_rewards(s, "score_candidates")
+            new_obs, rewards, dones, infos = algo.env.step(candidates[:, 0].numpy())
+            if not algo._after_env_step(callback, new_obs, rewards, dones, infos, algo.n_envs):
+                return None
+            states.append(obs)
+            cands.append(candidates)
+            scores.append(torch.as_tensor(s, dtype=torch.float32))
+            collected += len(candidates)
+        cands_t = torch.cat(cands)
+        G = len(cands_t)
+        batch = GroupBatch(
+            states=_stack_states(states),
+            step_state=torch.arange(G).repeat_interleave(K),
+            step_action=cands_t.flatten(),
+            step_candidate=torch.arange(G * K),
+            scores=torch.cat(scores),
+            mask=torch.ones(G, K, dtype=torch.bool),
+            old_logp=torch.zeros(G, K),
+        )
+        return self.finish(batch)
+
+
+class _EpisodeRecorder:
+    """Accumulates steps of many concurrent episodes into a GroupBatch."""
+
+    def __init__(self, n_groups: int, group_size: int, logp_reduction: str):
+        self.G, self.K = n_groups, group_size
+        self.states: list[np.ndarray] = []
+        self.actions: list[np.ndarray] = []
+        self.cands: list[np.ndarray] = []
+        self.returns = np.zeros(n_groups * group_size)
+        self.logp_reduction = logp_reduction
+
+    def record(self, obs: np.ndarray, actions: np.ndarray, slot: np.ndarray, rewards: np.ndarray) -> None:
+        active = slot >= 0
+        self.states.append(np.asarray(obs)[active])
+        self.actions.append(actions[active])
+        self.cands.append(slot[active])
+        np.add.at(self.returns, slot[active], rewards[active])
+
+    def batch(self) -> GroupBatch:
+        n_steps = sum(len(a) for a in self.actions)
+        return GroupBatch(
+            states=_stack_states(self.states),
+            step_state=torch.arange(n_steps),
+            step_action=torch.as_tensor(np.concatenate(self.actions), dtype=torch.long),
+            step_candidate=torch.as_tensor(np.concatenate(self.cands), dtype=torch.long),
+            scores=torch.as_tensor(self.returns, dtype=torch.float32).view(self.G, self.K),
+            mask=torch.ones(self.G, self.K, dtype=torch.bool),
+            old_logp=torch.zeros(self.G, self.K),
+            logp_reduction=self.logp_reduction,
+        )
+
+
+class SingleCollector(Collector):
+    """One rollout per context (K = 1), using the env's own autoreset."""
+
+    mode = "single"
+
+    def collect(self, callback: BaseCallback, n_groups: int) -> GroupBatch | None:
+        algo = self.algo
+        n = algo.n_envs
+        rec = _EpisodeRecorder(n_groups, 1, algo.logp_reduction)
+        # Each sub-env plays the episode of one slot; slots are handed out in order.
+        next_slot = 0
+        slot = np.full(n, -1)
+        for i in range(n):
+            if next_slot < n_groups:
+                slot[i], next_slot = next_slot, next_slot + 1
+        # A sub-env may be mid-episode from the last iteration: start fresh episodes so
+        # every recorded candidate is a whole episode.
+        if algo._episode_in_progress.any():
+            algo._last_obs = algo.env.reset()
+            algo._episode_in_progress[:] = False
+        while (slot >= 0).any():
+            obs = algo._last_obs
+            actions = algo.policy.sample(self.policy_log_probs(obs), 1)
+            actions = actions.squeeze(-1).numpy()
+            new_obs, rewards, dones, infos = algo.env.step(actions)
+            if not algo._after_env_step(callback, new_obs, rewards, dones, infos, int((slot >= 0).sum())):
+                return None
+            rec.record(obs, actions, slot, rewards)
+            for i in np.flatnonzero(dones):
+                if next_slot < n_groups:
+                    slot[i], next_slot = next_slot, next_slot + 1
+                else:
+                    slot[i] = -1
+        return self.finish(rec.batch())
+
+
+class SequenceCollector(Collector):
+    """K rollouts per context from K resets with one seed per context."""
+
+    mode = "sequence"
+
+    def collect(self, callback: BaseCallback, n_groups: int) -> GroupBatch | None:
+        algo = self.algo
+        K, n = algo.n_candidates, algo.n_envs
+        rec = _EpisodeRecorder(n_groups, K, algo.logp_reduction)
+        context_seeds = algo._np_rng.integers(0, 2**31 - 1, size=n_groups)
+        slots = iter(range(n_groups * K))
+        slot = np.full(n, -1)
+        obs = np.array(algo._last_obs, copy=True)
+
+        def start(i: int) -> None:
+            s = next(slots, -1)
+            slot[i] = s
+            if s >= 0:
+                obs[i] = algo.env.env_method("reset", seed=int(context_seeds[s // K]), indices=[i])[0][0]
+
+        for i in range(n):
+            start(i)
+        while (slot >= 0).any():
+            actions = algo.policy.sample(self.policy_log_probs(obs), 1)
+            actions = actions.squeeze(-1).numpy()
+            new_obs, rewards, dones, infos = algo.env.step(actions)
+            if not algo._after_env_step(callback, new_obs, rewards, dones, infos, int((slot >= 0).sum())):
+                return None
+            rec.record(obs, actions, slot, rewards)
+            obs = np.array(new_obs, copy=True)
+            for i in np.flatnonzero(dones):
+                start(i)
+        algo._last_obs = obs
+        return self.finish(rec.batch())
+
+
+COLLECTORS = {
+    c.mode: c for c in (AllActionsCollector, PerStateCollector, SequenceCollector, SingleCollector)
+}

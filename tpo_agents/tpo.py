@@ -1,0 +1,66 @@
+"""TPO: fit the policy to the target q ∝ p_old · exp(u / eta) over each group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tpo_agents import objectives as obj
+from tpo_agents.base import GroupedAlgorithm
+from tpo_agents.groups import GroupBatch
+
+
+class TPO(GroupedAlgorithm):
+    """Target Policy Optimization (SB3 API).
+
+    Each iteration collects ``batch_size`` groups of candidates, standardizes their
+    scores within each group (``u``), freezes the target
+    ``q = softmax(log p_old + u / eta)`` and takes ``n_epochs`` cross-entropy steps
+    towards it (gradient ``p - q`` w.r.t. the group logits).
+
+    Groups (``group_mode="auto"``): all actions with sampled-feedback scores on bandit
+    envs; K candidates per state scored by ``score_candidates`` when the env offers it;
+    otherwise K rollouts per context from seeded resets.
+
+    :param eta: target temperature (> 0); smaller moves further from p_old.
+    :param anchor: False gives TPO-no-anchor, ``q = softmax(u / eta)``.
+    See :class:`~tpo_agents.base.GroupedAlgorithm` for the other parameters.
+    """
+
+    def __init__(self, policy, env, *args: Any, eta: float = 1.0, anchor: bool = True, **kwargs: Any):
+        obj.tpo_target(None, torch.zeros(1, 2), eta=eta, anchor=False)  # validates eta early
+        self.eta = float(eta)
+        self.anchor = bool(anchor)
+        super().__init__(policy, env, *args, **kwargs)
+
+    def default_group_mode(self, hint: str | None, can_score: bool) -> str:
+        if hint == "all_actions":
+            return "all_actions"
+        return "per_state" if can_score else "sequence"
+
+    def prepare(self, batch: GroupBatch) -> dict[str, torch.Tensor]:
+        u = obj.standardize_scores(batch.scores, mask=batch.mask)
+        q = obj.tpo_target(batch.old_logp, u, eta=self.eta, anchor=self.anchor, mask=batch.mask)
+        return {"u": u, "q": q}
+
+    def compute_loss(self, batch: GroupBatch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]) -> torch.Tensor:
+        return obj.tpo_loss(logp, frozen["q"], mask=batch.mask)
+
+    def diagnostics(self, batch: GroupBatch, frozen: dict[str, torch.Tensor]) -> dict[str, float]:
+        q = frozen["q"]
+        return {
+            "target_entropy": obj.target_entropy(q).mean().item(),
+            "kl_target_old": obj.kl_divergence(q, batch.old_logp, mask=batch.mask).mean().item(),
+            "zero_variance_frac": obj.zero_variance_groups(batch.scores, mask=batch.mask).float().mean().item(),
+        }
+
+
+class GroupPG(TPO):
+    """Group PG ablation: TPO's candidates and standardized scores, REINFORCE-weighted.
+
+    ``L = -mean_i u_i log pi(y_i)`` instead of the cross-entropy to the target.
+    """
+
+    def compute_loss(self, batch: GroupBatch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]) -> torch.Tensor:
+        return obj.group_pg_loss(logp, frozen["u"], mask=batch.mask)

@@ -1,0 +1,435 @@
+"""MNIST contextual bandit: see an image, name its class, reward 1 if right (numpy only)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.utils import seeding
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from tpo_gym.candidates import check_candidate_actions
+from tpo_gym.datasets import NUM_CLASSES, load_image_classification
+
+__all__ = ["MNISTBanditEnv", "MNISTBanditVectorEnv", "MNISTResetNeeded"]
+
+
+class MNISTResetNeeded(gym.error.ResetNeeded, ValueError):
+    """``step``/``score_candidates`` called before ``reset()`` or after the episode ended.
+
+    Subclasses both :class:`gymnasium.error.ResetNeeded` and :class:`ValueError` (as the
+    bandits' ``BanditResetNeeded`` does).
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# Image draws: a counter-based generator (splitmix64 of key + counter * golden gamma).
+# Each (sub-)environment holds a 64-bit key, drawn from its ``np_random`` when seeded, and a
+# draw counter. Draw t is a pure function of (key, t), so a vector env draws all its
+# sub-environments' next images in one vectorised numpy expression and still reproduces,
+# draw for draw, the single environments seeded with seed + i.
+# ---------------------------------------------------------------------------------------------
+
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_U64_MAX = np.iinfo(np.uint64).max
+
+
+def _draw_indices(keys: np.ndarray, counters: np.ndarray, n: int) -> np.ndarray:
+    """Image index of draw ``counters`` for ``keys`` (uint64 arrays), uniform in [0, n)."""
+    with np.errstate(over="ignore"):
+        z = keys + (counters + np.uint64(1)) * _GAMMA
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        z = z ^ (z >> np.uint64(31))
+    return (z % np.uint64(n)).astype(np.int64)
+
+
+def _key_from(rng: np.random.Generator, size: int | None = None) -> np.ndarray:
+    return rng.integers(0, _U64_MAX, size=size, dtype=np.uint64, endpoint=True)
+
+
+def _check_action(action: Any) -> int:
+    """An int / numpy integer / 0-d integer array in [0, NUM_CLASSES) -> int."""
+    valid = f"valid actions are integers in [0, {NUM_CLASSES - 1}]"
+    if isinstance(action, np.ndarray) and action.shape == () and action.dtype != object:
+        action = action[()]
+    if isinstance(action, bool | np.bool_) or not isinstance(action, int | np.integer):
+        raise ValueError(f"invalid action {action!r} of type {type(action).__name__}; {valid}")
+    if not 0 <= action < NUM_CLASSES:
+        raise ValueError(f"invalid action {action!r} (out of range); {valid}")
+    return int(action)
+
+
+def _check_action_batch(actions: Any, num_envs: int) -> np.ndarray:
+    """An integer array ``[num_envs]`` in [0, NUM_CLASSES) -> int64 array."""
+    valid = f"valid actions are integers in [0, {NUM_CLASSES - 1}]"
+    arr = np.asarray(actions)
+    if arr.shape != (num_envs,):
+        raise ValueError(
+            f"actions must have shape ({num_envs},) (one action per sub-env), got shape {arr.shape}"
+        )
+    if arr.dtype == object or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"actions must have an integer dtype, got dtype {arr.dtype}; {valid}")
+    bad = (arr < 0) | (arr >= NUM_CLASSES)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"invalid action {arr[i]!r} for sub-env {i} (out of range); {valid}")
+    return arr.astype(np.int64)
+
+
+def _check_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise ValueError(f"options must be a dict or None, got {options!r}")
+    unknown = set(options) - {"index"}
+    if unknown:
+        raise ValueError(f"unknown reset option(s) {sorted(unknown)}; supported: ['index']")
+    return options
+
+
+def _check_index_batch(index: Any, num_images: int, num_envs: int) -> np.ndarray:
+    """``options["index"]``: an int (every sub-env) or an int array ``[num_envs]``."""
+    valid = f"valid image indices are integers in [0, {num_images - 1}]"
+    arr = np.asarray(index)
+    if arr.dtype == object or arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"options['index'] must be integers, got {index!r}; {valid}")
+    if arr.shape == ():
+        arr = np.full(num_envs, arr[()])
+    if arr.shape != (num_envs,):
+        raise ValueError(
+            f"options['index'] must be an integer or an array of shape ({num_envs},), "
+            f"got shape {arr.shape}"
+        )
+    bad = (arr < 0) | (arr >= num_images)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"invalid image index {arr[i]!r} for sub-env {i} (out of range); {valid}")
+    return arr.astype(np.int64)
+
+
+def _image_side(d: int) -> int:
+    side = int(round(np.sqrt(d)))
+    return side if side * side == d else 0
+
+
+def _to_rgb(image: np.ndarray) -> np.ndarray:
+    side = _image_side(image.shape[-1])
+    gray = (np.clip(image, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+    gray = gray.reshape(side, side) if side else gray.reshape(1, -1)
+    return np.repeat(gray[:, :, None], 3, axis=2)
+
+
+class MNISTBanditEnv(gym.Env):
+    """One-step contextual bandit on an image-classification dataset.
+
+    ## Description
+    Each episode shows one image from the chosen dataset split; the agent names a class and is
+    rewarded 1 if it is the image's label. The label is never shown (not in the observation
+    nor in the reset info), so the agent learns only from rewards. This is the MNIST
+    contextual bandit of the TPO paper (SPEC section 3). Grouped methods can score every
+    class for the current image with :meth:`score_candidates` without changing the state.
+
+    ## Action Space
+    ``Discrete(10)``: the predicted class.
+
+    ## Observation Space
+    ``Box(0, 1, (d,), float32)``: the flattened image, pixel intensities scaled to [0, 1];
+    d = 784 (28x28) for ``"mnist"`` and ``"fashion-mnist"``, 64 (8x8) for ``"digits"``.
+
+    ## Rewards
+    1.0 if the action equals the label, else 0.0. The step info holds ``"correct"`` (bool);
+    never the label.
+
+    ## Starting State
+    An image index drawn uniformly from the split (with replacement), using a 64-bit key taken
+    from ``np_random`` when the environment is seeded and a per-environment draw counter, so
+    draws are reproducible and match :class:`MNISTBanditVectorEnv` sub-environment by
+    sub-environment. ``reset(options={"index": i})`` shows image ``i`` instead (no draw is
+    consumed).
+
+    ## Episode End
+    After one step: ``terminated=True``, ``truncated=False``. ``step`` or
+    ``score_candidates`` before ``reset()`` or after that step raise
+    :class:`MNISTResetNeeded`; an invalid action raises ``ValueError``.
+
+    ## Arguments
+    ```python
+    gym.make("MNISTBandit-v0", dataset="mnist", split="train", data_dir=None)
+    ```
+    - ``dataset``: ``"mnist"``, ``"fashion-mnist"`` or ``"digits"`` (scikit-learn's 8x8
+      digits, needs no files). Files are never downloaded; see
+      :func:`tpo_gym.datasets.find_image_classification_files` for where they are looked up
+      (``data_dir``, ``$TPO_MNIST_DIR`` / ``$TPO_FASHION_MNIST_DIR``, usual cache folders).
+    - ``split``: ``"train"`` or ``"test"``; evaluate on ``split="test"``, or take the whole
+      split at once with :meth:`dataset_arrays`.
+    - ``data_dir``: a folder searched first for the dataset files.
+    - ``render_mode``: ``None`` or ``"rgb_array"`` (the current image as ``[h, w, 3]`` uint8).
+
+    ## Version History
+    - v0: initial version.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 4, "tpo_group_mode": "all_actions"}
+
+    def __init__(
+        self,
+        dataset: str = "mnist",
+        split: str = "train",
+        data_dir: str | os.PathLike | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be None or one of {self.metadata['render_modes']}, "
+                f"got {render_mode!r}"
+            )
+        self.dataset = dataset
+        self.split = split
+        self.data_dir = data_dir
+        self.render_mode = render_mode
+        self._images, self._labels = load_image_classification(dataset, split, data_dir)
+        self.num_images, self.image_dim = self._images.shape
+        self.observation_space = spaces.Box(0.0, 1.0, (self.image_dim,), np.float32)
+        self.action_space = spaces.Discrete(NUM_CLASSES)
+        self._key: np.ndarray | None = None  # shape (1,) uint64
+        self._key_rng: np.random.Generator | None = None
+        self._counter = np.zeros(1, dtype=np.uint64)
+        self._index: int | None = None
+        self._done = False
+
+    # ------------------------------------------------------------------ data access
+    def dataset_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The whole split: read-only float32 images ``[n, d]`` and int64 labels ``[n]``.
+
+        For evaluation code (e.g. the test error of a policy on ``split="test"``); the agent
+        interface (observations, rewards) never exposes labels.
+        """
+        return self._images, self._labels
+
+    @property
+    def current_index(self) -> int | None:
+        """Index of the image shown in this episode (``None`` before the first reset)."""
+        return self._index
+
+    def _require_live(self, what: str) -> None:
+        if self._index is None:
+            raise MNISTResetNeeded(f"call reset() before {what}")
+        if self._done:
+            raise MNISTResetNeeded(
+                f"the episode has terminated (every episode is one step); call reset() before {what}"
+            )
+
+    # ------------------------------------------------------------------ Gymnasium API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        rng = self.np_random
+        if self._key is None or seed is not None or self._key_rng is not rng:
+            self._key = _key_from(rng, size=1)
+            self._key_rng = rng
+            self._counter[:] = 0
+        options = _check_options(options)
+        if options.get("index") is not None:
+            self._index = int(_check_index_batch(options["index"], self.num_images, 1)[0])
+        else:
+            self._index = int(_draw_indices(self._key, self._counter, self.num_images)[0])
+            self._counter += np.uint64(1)
+        self._done = False
+        return self._images[self._index].copy(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self._require_live("step()")
+        correct = bool(_check_action(action) == self._labels[self._index])
+        self._done = True
+        return self._images[self._index].copy(), float(correct), True, False, {"correct": correct}
+
+    def score_candidates(self, actions: Any) -> np.ndarray:
+        """Reward each candidate class would get for the current image; no state change.
+
+        Args:
+            actions: integer classes, shape ``[K]`` (repeats allowed).
+
+        Returns:
+            float64 ``[K]``: 1.0 where the candidate is the label, else 0.0.
+
+        Raises:
+            MNISTResetNeeded: before ``reset()`` or after the episode's step.
+            ValueError: invalid candidates (see ``tpo_gym.candidates.check_candidate_actions``).
+        """
+        self._require_live("score_candidates()")
+        a = check_candidate_actions(actions, NUM_CLASSES, ())
+        return (a == self._labels[self._index]).astype(np.float64)
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode is None:
+            gym.logger.warn(
+                "MNISTBanditEnv.render() called without a render_mode; "
+                'pass render_mode="rgb_array" to the constructor or gym.make'
+            )
+            return None
+        if self._index is None:
+            return np.zeros((*_to_rgb(self._images[0]).shape,), dtype=np.uint8)
+        return _to_rgb(self._images[self._index])
+
+
+class MNISTBanditVectorEnv(VectorEnv):
+    """``num_envs`` independent :class:`MNISTBanditEnv` in one numpy batch.
+
+    Built by ``gym.make_vec("MNISTBandit-v0", num_envs=n, dataset=..., split=...)``.
+    Every step ends every sub-episode, so autoreset is ``AutoresetMode.SAME_STEP``: the
+    returned observations are the next images, and, as in Gymnasium's ``SyncVectorEnv``,
+    ``info["final_obs"]`` (object array of the images acted on) and ``info["final_info"]``
+    (``{"correct": bool[n], "_correct": ...}``) hold the finished episodes, with masks
+    ``info["_final_obs"]`` and ``info["_final_info"]``.
+
+    Seeding follows Gymnasium: ``reset(seed=s)`` seeds sub-environment ``i`` with ``s + i``
+    (or ``reset(seed=[s_0, ..., s_{n-1}])``), and sub-environment ``i`` then shows the same
+    images, draw after draw, as ``MNISTBanditEnv`` reset with seed ``s + i`` and reset after
+    every step. ``reset(options={"index": idx})`` shows images ``idx`` (int or ``[n]``).
+
+    ``score_candidates(actions [n, K]) -> float64 [n, K]`` scores candidate classes for the
+    current images; ``dataset_arrays()`` returns the whole split for evaluation.
+    """
+
+    metadata = {
+        "render_modes": ["rgb_array"],
+        "render_fps": 4,
+        "autoreset_mode": AutoresetMode.SAME_STEP,
+        "tpo_group_mode": "all_actions",
+    }
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        dataset: str = "mnist",
+        split: str = "train",
+        data_dir: str | os.PathLike | None = None,
+        render_mode: str | None = None,
+        max_episode_steps: int | None = None,
+    ) -> None:
+        if (
+            isinstance(num_envs, bool | np.bool_)
+            or not isinstance(num_envs, int | np.integer)
+            or num_envs < 1
+        ):
+            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        if max_episode_steps is not None and max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be None or >= 1, got {max_episode_steps!r}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be None or one of {self.metadata['render_modes']}, "
+                f"got {render_mode!r}"
+            )
+        self.num_envs = int(num_envs)
+        self.dataset = dataset
+        self.split = split
+        self.data_dir = data_dir
+        self.render_mode = render_mode
+        self._images, self._labels = load_image_classification(dataset, split, data_dir)
+        self.num_images, self.image_dim = self._images.shape
+        self.single_observation_space = spaces.Box(0.0, 1.0, (self.image_dim,), np.float32)
+        self.single_action_space = spaces.Discrete(NUM_CLASSES)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self._keys: np.ndarray | None = None
+        self._counters = np.zeros(self.num_envs, dtype=np.uint64)
+        self._indices: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ data access
+    def dataset_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The whole split: read-only float32 images ``[n, d]`` and int64 labels ``[n]``."""
+        return self._images, self._labels
+
+    @property
+    def current_indices(self) -> np.ndarray | None:
+        """Indices ``[num_envs]`` of the images shown now (``None`` before the first reset)."""
+        return None if self._indices is None else self._indices.copy()
+
+    def _seed(self, seed: int | list[int | None] | None) -> None:
+        """Sub-env ``i`` gets the key a single env seeded with ``seeds[i]`` would draw."""
+        n = self.num_envs
+        if seed is None:
+            seeds: list[int | None] = [None] * n
+        elif isinstance(seed, int | np.integer) and not isinstance(seed, bool | np.bool_):
+            super().reset(seed=int(seed))
+            seeds = [int(seed) + i for i in range(n)]
+        else:
+            seeds = list(seed)
+            if len(seeds) != n:
+                raise ValueError(f"seed must be an int, None or a list of {n} seeds, got {seed!r}")
+        if self._keys is None:  # first reset: fresh keys for the sub-envs given no seed
+            self._keys = _key_from(self.np_random, size=n)
+            self._counters[:] = 0
+        for i, s in enumerate(seeds):
+            if s is not None:
+                self._keys[i] = _key_from(seeding.np_random(int(s))[0])
+                self._counters[i] = 0
+
+    # ------------------------------------------------------------------ Gymnasium API
+    def reset(
+        self,
+        *,
+        seed: int | list[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        self._seed(seed)
+        options = _check_options(options)
+        if options.get("index") is not None:
+            self._indices = _check_index_batch(options["index"], self.num_images, self.num_envs)
+        else:
+            self._indices = _draw_indices(self._keys, self._counters, self.num_images)
+            self._counters += np.uint64(1)
+        return self._images[self._indices], {}
+
+    def step(
+        self, actions: Any
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        if self._indices is None:
+            raise MNISTResetNeeded("call reset() before step()")
+        a = _check_action_batch(actions, self.num_envs)
+        n = self.num_envs
+        correct = a == self._labels[self._indices]
+        rewards = correct.astype(np.float64)
+        final = self._images[self._indices]
+        # Same-step autoreset: draw every sub-environment's next image at once.
+        self._indices = _draw_indices(self._keys, self._counters, self.num_images)
+        self._counters += np.uint64(1)
+        obs = self._images[self._indices]
+        final_obs = np.empty(n, dtype=object)
+        for i in range(n):
+            final_obs[i] = final[i]
+        ones = np.ones(n, dtype=np.bool_)
+        info = {
+            "final_obs": final_obs,
+            "_final_obs": ones,
+            "final_info": {"correct": correct, "_correct": ones.copy()},
+            "_final_info": ones.copy(),
+        }
+        return obs, rewards, ones.copy(), np.zeros(n, dtype=np.bool_), info
+
+    def score_candidates(self, actions: Any) -> np.ndarray:
+        """Rewards ``float64 [num_envs, K]`` of candidate classes ``actions [num_envs, K]``
+        for the current images; no state change."""
+        if self._indices is None:
+            raise MNISTResetNeeded("call reset() before score_candidates()")
+        a = check_candidate_actions(actions, NUM_CLASSES, (self.num_envs,))
+        return (a == self._labels[self._indices][:, None]).astype(np.float64)
+
+    def render(self) -> tuple[np.ndarray, ...] | None:
+        if self.render_mode is None:
+            gym.logger.warn(
+                "MNISTBanditVectorEnv.render() called without a render_mode; "
+                'pass render_mode="rgb_array"'
+            )
+            return None
+        if self._indices is None:
+            return None
+        return tuple(_to_rgb(self._images[i]) for i in self._indices)
