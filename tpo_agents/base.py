@@ -159,8 +159,8 @@ class GroupedAlgorithm(BaseAlgorithm):
         if not np.isfinite(rewards).all():
             bad = np.flatnonzero(~np.isfinite(rewards.reshape(len(rewards), -1)).all(-1))
             raise ValueError(
-                f"{where} returned a non-finite reward {rewards[bad[0]]!r} at timestep "
-                f"{self.num_timesteps} (sub-env {int(bad[0])}); rewards must be finite numbers"
+                f"{where} returned a non-finite reward {rewards[bad[0]].tolist()} at timestep "
+                f"{self.num_timesteps + 1} (sub-env {int(bad[0])}); rewards must be finite numbers"
             )
 
     def _after_env_step(self, callback: BaseCallback, new_obs, rewards, dones, infos, n_counted: int) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import load_env_creator
 from gymnasium.vector import AutoresetMode, VectorEnv
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor
@@ -111,8 +112,17 @@ class GymnasiumVecEnv(VecEnv):
 
 
 def native_vector_entry(spec: gym.envs.registration.EnvSpec | None) -> bool:
-    """Whether the registered env has its own (numpy) vector implementation."""
-    return spec is not None and spec.vector_entry_point is not None
+    """Whether the registered env has its own vector implementation with same-step autoreset.
+
+    (Gymnasium's own vector CartPole resets on the next step and cannot replay a seed
+    per sub-env, so such envs go through SB3's ``make_vec_env`` instead.)
+    """
+    if spec is None or spec.vector_entry_point is None:
+        return False
+    entry = spec.vector_entry_point
+    creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    metadata = getattr(creator, "metadata", {}) or {}
+    return metadata.get("autoreset_mode") == AutoresetMode.SAME_STEP
 
 
 def make_training_env(env: Any, n_envs: int | None, seed: int | None = None) -> VecEnv:

@@ -166,7 +166,7 @@ def _check_options(options: dict[str, Any] | None) -> dict[str, Any]:
 class _BanditEnv(gym.Env[np.int64, np.int64]):
     """Shared implementation: a table of correct actions indexed by the current context."""
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 1, "tpo_group_mode": "all_actions"}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 1, "tpo_group_mode": "all_actions"}
     _name = "Bandit"
 
     def __init__(
@@ -240,7 +240,9 @@ class _BanditEnv(gym.Env[np.int64, np.int64]):
         acts = check_candidate_actions(actions, self.n_actions, ())
         return (acts == self._correct_actions[self._context]).astype(np.float64)
 
-    def render(self) -> str | None:
+    def render(self) -> str | np.ndarray | None:
+        if self.render_mode == "rgb_array":
+            return self._render_rgb()
         if self.render_mode != "ansi":
             return None
         if self._context is None:
@@ -251,6 +253,17 @@ class _BanditEnv(gym.Env[np.int64, np.int64]):
             else f"action {self._last[0]} -> reward {self._last[1]}"
         )
         return f"{self._name}: context {self._context}, {last}"
+
+
+    def _render_rgb(self) -> np.ndarray:
+        """A strip of one cell per action; the last action is green if right, red if wrong."""
+        cell = 8
+        img = np.full((cell, cell * self.n_actions, 3), 230, dtype=np.uint8)
+        img[:, ::cell] = 120  # cell borders
+        if self._last is not None:
+            action, reward = self._last
+            img[1:, action * cell + 1 : (action + 1) * cell] = (40, 170, 60) if reward > 0 else (200, 50, 50)
+        return img
 
 
 class SymmetricBanditEnv(_BanditEnv):
@@ -292,7 +305,8 @@ class SymmetricBanditEnv(_BanditEnv):
     * ``n_actions`` (int >= 2): number of actions.
     * ``correct_action`` (int or None): the correct action; ``None`` draws it from ``task_seed``.
     * ``task_seed`` (int >= 0): seed of the task draw (ignored when ``correct_action`` is given).
-    * ``render_mode``: ``None`` or ``"ansi"``.
+    * ``render_mode``: ``None``, ``"ansi"`` (a text line) or ``"rgb_array"`` (one cell per
+      action; the last action green if right, red if wrong).
 
     ## Version History
     * v0: Initial version.
@@ -364,7 +378,8 @@ class MultiContextBanditEnv(_BanditEnv):
     * ``n_actions`` (int >= 2): number of actions.
     * ``correct_actions`` (int array ``[n_contexts]`` or None): the task; ``None`` draws it.
     * ``task_seed`` (int >= 0): seed of the task draw (ignored when ``correct_actions`` given).
-    * ``render_mode``: ``None`` or ``"ansi"``.
+    * ``render_mode``: ``None``, ``"ansi"`` (a text line) or ``"rgb_array"`` (one cell per
+      action; the last action green if right, red if wrong).
 
     ## Version History
     * v0: Initial version.

@@ -113,12 +113,13 @@ def plot_result(result: dict, path: Path, log_x: bool = False) -> None:
         steps = np.asarray(c["steps"])
         mean, se = np.asarray(c["error_mean"]), np.asarray(c["error_se"])
         (line,) = ax_err.plot(steps, mean, label=METHOD_LABELS.get(key, key))
-        ax_err.fill_between(steps, np.clip(mean - se, 1e-6, None), mean + se, alpha=0.2, color=line.get_color())
-        if has_mis and "misalignment_mean" in c:
+        ax_err.fill_between(steps, _log_floor(mean, se), mean + se, alpha=0.2, color=line.get_color())
+        # The oracle's own misalignment is 0 up to rounding: nothing to draw on a log axis.
+        if has_mis and "misalignment_mean" in c and max(c["misalignment_mean"]) > 1e-9:
             mm, mse = np.asarray(c["misalignment_mean"]), np.asarray(c["misalignment_se"])
             ms = steps[-len(mm) :]  # misalignment is measured per update, from step 1
             axes[0, 1].plot(ms, mm, label=METHOD_LABELS.get(key, key), color=line.get_color())
-            axes[0, 1].fill_between(ms, np.clip(mm - mse, 1e-6, None), mm + mse, alpha=0.2, color=line.get_color())
+            axes[0, 1].fill_between(ms, _log_floor(mm, mse), mm + mse, alpha=0.2, color=line.get_color())
     ax_err.set_yscale("log")
     ax_err.set_xlabel("step")
     ax_err.set_ylabel("error")
@@ -136,6 +137,11 @@ def plot_result(result: dict, path: Path, log_x: bool = False) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _log_floor(mean: np.ndarray, se: np.ndarray) -> np.ndarray:
+    """Lower edge of a mean - s.e. band that stays positive on a log axis."""
+    return np.maximum(mean - se, mean / 10)
 
 
 def markdown_table(result: dict, paper_notes: str = "") -> str:

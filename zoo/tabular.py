@@ -57,7 +57,7 @@ def cosine_misalignment(g: torch.Tensor, g_oracle: torch.Tensor) -> torch.Tensor
     a, b = g.flatten(1), g_oracle.flatten(1)
     denom = a.norm(dim=1) * b.norm(dim=1)
     cos = torch.where(denom > 0, (a * b).sum(1) / denom.clamp_min(1e-300), torch.zeros_like(denom))
-    return 1.0 - cos
+    return (1.0 - cos).clamp_min(0.0)  # rounding can push cos a hair above 1
 
 
 # ---------------------------------------------------------------- exact (population)
