@@ -313,3 +313,18 @@ def test_bad_comparator_hyperparameters():
         DG("MlpPolicy", "SymmetricBandit-v0", dg_eta=0)
     with pytest.raises(ValueError, match="baseline must be one of"):
         PG("MlpPolicy", "SymmetricBandit-v0", baseline="median")
+
+
+def test_learning_rate_schedule_and_set_env(tmp_path):
+    model = TPO("MlpPolicy", "SymmetricBandit-v0", learning_rate=lambda progress: 1e-3 * progress, n_epochs=1)
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    model.learn(1000)
+    with open(tmp_path / "progress.csv") as f:
+        rates = [float(r["train/learning_rate"]) for r in csv.DictReader(f)]
+    assert rates[0] == pytest.approx(9e-4) and rates[-1] == pytest.approx(0.0, abs=1e-12)
+    assert all(a > b for a, b in zip(rates, rates[1:]))
+    model.set_env(gym.make("SymmetricBandit-v0", correct_action=3))
+    assert model.get_env().num_envs == 100  # rebuilt natively, as the constructor does
+    model.learn(100)
+    with pytest.raises(ValueError, match="[Aa]ction spaces do not match"):
+        model.set_env(gym.make("SymmetricBandit-v0", n_actions=7))

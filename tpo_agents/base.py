@@ -20,8 +20,8 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.utils import safe_mean
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.utils import check_for_correct_spaces, safe_mean
+from stable_baselines3.common.vec_env import VecEnv, unwrap_vec_normalize
 
 from tpo_agents.groups import LOGP_REDUCTIONS, GroupBatch
 from tpo_agents.policies.mlp import MlpPolicy
@@ -137,7 +137,16 @@ class GroupedAlgorithm(BaseAlgorithm):
         return [*super()._excluded_save_params(), "_batch", "_resolved_group_mode", "_episode_in_progress"]
 
     def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
-        super().set_env(env, force_reset)
+        """Use a new env with the same spaces; unlike SB3, the number of envs may differ
+        (the agents keep no per-env buffers). Envs are built as in the constructor."""
+        n_envs = self.batch_size if _has_native_vector(env) else None
+        env = make_training_env(env, n_envs, self.seed)
+        check_for_correct_spaces(env, self.observation_space, self.action_space)
+        self.n_envs = env.num_envs
+        self.env = env
+        self._vec_normalize_env = unwrap_vec_normalize(env)
+        if force_reset:
+            self._last_obs = None
         self._episode_in_progress = np.zeros(self.n_envs, dtype=bool)
         self._resolved_group_mode = None
 

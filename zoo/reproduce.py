@@ -4,6 +4,10 @@ Usage::
 
     python -m zoo.reproduce tabular-single [--seeds 100] [--out results]
     python -m zoo.reproduce tabular-multi  [--seeds 100] [--out results]
+    python -m zoo.reproduce mnist [--dataset {mnist,fashion-mnist,digits}] [--seeds 20]
+        [--steps 10000] [--eval-every 200] [--workers 2] [--data-dir DIR] [--out results]
+
+The MNIST study writes ``OUT/mnist-<dataset>.{json,png,md}``.
 
 Each run writes ``OUT/<name>.json``, ``OUT/<name>.png`` and ``OUT/<name>.md``.
 """
@@ -11,6 +15,7 @@ Each run writes ``OUT/<name>.json``, ``OUT/<name>.png`` and ``OUT/<name>.md``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -19,7 +24,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from zoo import tabular
+from zoo import mnist_study, tabular
 from zoo.results import summarize, write_outputs
 
 
@@ -31,6 +36,7 @@ class Experiment:
     paper: str
     default_steps: int
     log_x: bool = False
+    default_seeds: int = 100
 
 
 def _run_tabular(name: str, runner, methods, config: dict, args: argparse.Namespace) -> dict:
@@ -56,6 +62,32 @@ def run_tabular_multi(args: argparse.Namespace) -> dict:
     return _run_tabular("tabular-multi", tabular.run_multi_context, tabular.MULTI_METHODS, config, args)
 
 
+def run_mnist(args: argparse.Namespace) -> dict:
+    cfg = mnist_study.MnistConfig(
+        dataset=args.dataset,
+        steps=args.steps,
+        eval_every=args.eval_every,
+        data_dir=None if args.data_dir is None else str(args.data_dir),
+    )
+    runs = mnist_study.run_study(cfg, range(args.seeds), workers=args.workers, progress=not args.quiet)
+    train_x, _ = mnist_study.dataset_split(cfg, "train")
+    test_x, _ = mnist_study.dataset_split(cfg, "test")
+    config = {
+        **cfg.as_dict(),
+        "seeds": args.seeds,
+        "input_dim": int(train_x.shape[1]),
+        "n_train": len(train_x),
+        "n_test": len(test_x),
+    }
+    result = {"experiment": f"mnist-{cfg.dataset}", "config": config, "methods": {}}
+    for method, run in runs.items():
+        summary = summarize(run["error"], cfg.eval_steps, thresholds=(0.01, 0.05))
+        summary["curves"]["error_per_seed"] = run["error"].tolist()
+        summary["seconds"] = round(run["seconds"], 2)
+        result["methods"][method] = summary
+    return result
+
+
 EXPERIMENTS: dict[str, Experiment] = {
     "tabular-single": Experiment(
         run_tabular_single,
@@ -72,16 +104,41 @@ EXPERIMENTS: dict[str, Experiment] = {
         default_steps=1000,
         log_x=True,
     ),
+    "mnist": Experiment(
+        run_mnist,
+        paper="MNIST contextual bandit (real MNIST; MLP 784-50-50-10, Adam 1e-3, batch 100, "
+        "10,000 steps, 20 seeds, test error every 200 steps): final test error TPO 2.9%, "
+        "PG 5.3%, GRPO 5.9%, Group PG 7.2%; TPO reaches 5% error at step 1,600 vs 2,200 "
+        "for DG. (The paper reports no Fashion-MNIST or digits numbers.)",
+        default_steps=10_000,
+        default_seeds=20,
+    ),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m zoo.reproduce", description=__doc__.split("\n")[0])
     parser.add_argument("experiment", choices=sorted(EXPERIMENTS), help="which experiment to run")
-    parser.add_argument("--seeds", type=_positive_int, default=100, help="number of seeds (0..N-1)")
+    parser.add_argument(
+        "--seeds", type=_positive_int, default=None, help="number of seeds (0..N-1; default 100, mnist 20)"
+    )
     parser.add_argument("--steps", type=_positive_int, default=None, help="override the number of steps")
     parser.add_argument("--out", type=Path, default=Path("results"), help="output folder")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    mnist = parser.add_argument_group("mnist")
+    mnist.add_argument(
+        "--dataset", choices=mnist_study.DATASETS, default="mnist", help="image dataset (default mnist)"
+    )
+    mnist.add_argument(
+        "--eval-every", type=_positive_int, default=200, help="updates between test-error evaluations"
+    )
+    mnist.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=min(2, os.cpu_count() or 1),
+        help="parallel processes, one torch thread each (results do not depend on it)",
+    )
+    mnist.add_argument("--data-dir", type=Path, default=None, help="folder searched first for the dataset files")
     return parser
 
 
@@ -100,6 +157,8 @@ def main(argv: list[str] | None = None) -> dict:
     exp = EXPERIMENTS[args.experiment]
     if args.steps is None:
         args.steps = exp.default_steps
+    if args.seeds is None:
+        args.seeds = exp.default_seeds
     result = exp.run(args)
     paths = write_outputs(result, args.out, paper_notes=exp.paper, log_x=exp.log_x)
     if not args.quiet:

@@ -1,0 +1,279 @@
+"""The MNIST contextual bandit study (SPEC section 3): test error of the real agents.
+
+Each RL method is a ``tpo_agents`` agent trained through its public SB3 API on
+``MNISTBandit-v0`` (train split; the agent builds the native vector env with
+``batch_size`` sub-envs): one sampled class per image, one gradient step per batch of
+100 images (``n_epochs=1``). The CE oracle trains the same MLP with cross-entropy to the
+labels on the same number of batches. Test error (greedy ``argmax`` of the logits on the
+whole test split) is recorded every ``eval_every`` updates and at step 0.
+
+For a seed ``s`` every method starts from the same weights: the agents call SB3's
+``set_random_seed(s)`` before building their policy, and the oracle does the same.
+
+Runs (method, seed) are independent tasks; :func:`run_study` spreads them over
+``workers`` processes (one torch thread each), and its results do not depend on
+``workers``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.utils import set_random_seed
+from tqdm import tqdm
+
+import tpo_gym  # noqa: F401  (registers MNISTBandit-v0)
+from tpo_agents import DG, GRPO, PG, TPO, GroupPG, MlpPolicy
+from tpo_agents.objectives import cross_entropy_loss
+from tpo_gym.datasets import DATASETS, NUM_CLASSES
+
+METHODS: tuple[str, ...] = ("ce", "pg", "dg", "tpo", "grpo", "group_pg")
+"""Method keys (JSON keys); ``ce`` is the supervised oracle."""
+
+AGENTS = {
+    "pg": (PG, {"baseline": "pi_squared"}),
+    "dg": (DG, {"baseline": "pi_squared"}),
+    "tpo": (TPO, {}),
+    "grpo": (GRPO, {}),
+    "group_pg": (GroupPG, {}),
+}
+"""Agent class and its extra keyword arguments per RL method (other settings: defaults)."""
+
+
+@dataclass(frozen=True)
+class MnistConfig:
+    """Settings shared by every method (the paper's, except ``dataset``/``steps``)."""
+
+    dataset: str = "mnist"
+    steps: int = 10_000
+    eval_every: int = 200
+    batch_size: int = 100
+    learning_rate: float = 1e-3
+    net_arch: tuple[int, ...] = (50, 50)
+    data_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.dataset not in DATASETS:
+            raise ValueError(f"dataset must be one of {DATASETS}; got {self.dataset!r}")
+        for name in ("steps", "eval_every", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer; got {value!r}")
+
+    @property
+    def eval_steps(self) -> list[int]:
+        """Update counts at which the test error is recorded: 0, every ``eval_every``, last."""
+        steps = list(range(0, self.steps + 1, self.eval_every))
+        if steps[-1] != self.steps:
+            steps.append(self.steps)
+        return steps
+
+    def policy_kwargs(self) -> dict:
+        return {"net_arch": list(self.net_arch), "activation_fn": torch.nn.ReLU}
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["net_arch"] = list(self.net_arch)
+        d["activation"] = "ReLU"
+        d["optimizer"] = "Adam"
+        d["n_epochs"] = 1
+        d["agent_kwargs"] = {m: kw for m, (_, kw) in AGENTS.items()}
+        return d
+
+
+# --------------------------------------------------------------------------- data
+
+
+def make_env(cfg: MnistConfig, split: str) -> gym.Env:
+    return gym.make("MNISTBandit-v0", dataset=cfg.dataset, split=split, data_dir=cfg.data_dir)
+
+
+def dataset_split(cfg: MnistConfig, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """Images ``[n, d]`` and labels ``[n]`` of a split, through the env's ``dataset_arrays``."""
+    env = make_env(cfg, split)
+    try:
+        return env.unwrapped.dataset_arrays()
+    finally:
+        env.close()
+
+
+def _tensor(x: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """A torch copy of a (possibly read-only) array; tensors pass through."""
+    return x if isinstance(x, torch.Tensor) else torch.tensor(np.asarray(x))
+
+
+@torch.no_grad()
+def greedy_error(
+    policy: MlpPolicy,
+    images: np.ndarray | torch.Tensor,
+    labels: np.ndarray | torch.Tensor,
+    chunk: int = 10_000,
+) -> float:
+    """Fraction of ``images`` whose greedy class (argmax of the logits) is not the label."""
+    images, labels = _tensor(images), _tensor(labels)
+    wrong = 0
+    for start in range(0, len(images), chunk):
+        obs = images[start : start + chunk].to(policy.device)
+        pred = policy.action_logits(obs).argmax(-1).cpu()
+        wrong += int((pred != labels[start : start + chunk]).sum())
+    return wrong / len(images)
+
+
+class TestErrorCallback(BaseCallback):
+    """Records the test error whenever ``model._n_updates`` reaches a step in ``steps``.
+
+    Checked at the start of every rollout (after the previous iteration's update) and at
+    the end of training, so the error at update count ``n`` is measured on the policy
+    after exactly ``n`` gradient steps (step 0: the initial policy).
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, steps: Sequence[int]):
+        super().__init__()
+        self.images, self.labels = _tensor(images), _tensor(labels)
+        self.steps = set(int(s) for s in steps)
+        self.errors: dict[int, float] = {}
+
+    def _record(self) -> None:
+        n = int(self.model._n_updates)
+        if n in self.steps and n not in self.errors:
+            self.errors[n] = greedy_error(self.model.policy, self.images, self.labels)
+
+    def _on_rollout_start(self) -> None:
+        self._record()
+
+    def _on_training_end(self) -> None:
+        self._record()
+
+    def _on_step(self) -> bool:
+        return True
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def make_agent(method: str, cfg: MnistConfig, seed: int):
+    """The RL agent of ``method`` on the train split, seeded with ``seed``."""
+    cls, kwargs = AGENTS[method]
+    return cls(
+        "MlpPolicy",
+        make_env(cfg, "train"),
+        learning_rate=cfg.learning_rate,
+        batch_size=cfg.batch_size,
+        n_epochs=1,
+        policy_kwargs=cfg.policy_kwargs(),
+        seed=seed,
+        **kwargs,
+    )
+
+
+def run_agent(method: str, cfg: MnistConfig, seed: int) -> np.ndarray:
+    """Test-error curve (at ``cfg.eval_steps``) of one RL agent."""
+    images, labels = dataset_split(cfg, "test")
+    model = make_agent(method, cfg, seed)
+    callback = TestErrorCallback(images, labels, cfg.eval_steps)
+    model.learn(total_timesteps=cfg.steps * cfg.batch_size, callback=callback)
+    if model._n_updates != cfg.steps:
+        raise RuntimeError(f"{method} made {model._n_updates} updates, expected {cfg.steps}")
+    return np.array([callback.errors[s] for s in cfg.eval_steps])
+
+
+def run_oracle(cfg: MnistConfig, seed: int) -> np.ndarray:
+    """Test-error curve of the supervised oracle: the same MLP, CE to the labels.
+
+    Batches of ``batch_size`` train images are drawn uniformly with replacement (as the
+    env draws them).
+    """
+    train_x, train_y = dataset_split(cfg, "train")
+    test_x, test_y = (_tensor(a) for a in dataset_split(cfg, "test"))
+    set_random_seed(seed)  # as the agents do before building their policy: same init
+    obs_space = spaces.Box(0.0, 1.0, (train_x.shape[1],), np.float32)
+    lr = cfg.learning_rate
+    policy = MlpPolicy(obs_space, spaces.Discrete(NUM_CLASSES), lambda _: lr, **cfg.policy_kwargs())
+    rng = np.random.default_rng(seed)
+    train_y_t = _tensor(train_y)
+    wanted = set(cfg.eval_steps)
+    errors = {0: greedy_error(policy, test_x, test_y)}
+    for step in range(1, cfg.steps + 1):
+        idx = rng.integers(0, len(train_x), size=cfg.batch_size)
+        loss = cross_entropy_loss(policy.action_logits(torch.as_tensor(train_x[idx])), train_y_t[idx])
+        policy.optimizer.zero_grad()
+        loss.backward()
+        policy.optimizer.step()
+        if step in wanted:
+            errors[step] = greedy_error(policy, test_x, test_y)
+    return np.array([errors[s] for s in cfg.eval_steps])
+
+
+def run_one(method: str, seed: int, cfg: MnistConfig) -> tuple[str, int, np.ndarray, float]:
+    """One (method, seed) run: ``(method, seed, curve, seconds)``."""
+    t0 = time.perf_counter()
+    curve = run_oracle(cfg, seed) if method == "ce" else run_agent(method, cfg, seed)
+    return method, seed, curve, time.perf_counter() - t0
+
+
+def _init_worker() -> None:
+    torch.set_num_threads(1)
+
+
+def run_study(
+    cfg: MnistConfig,
+    seeds: Sequence[int],
+    methods: Sequence[str] = METHODS,
+    workers: int = 1,
+    progress: bool = True,
+) -> dict[str, dict]:
+    """All (method, seed) runs: per method ``{"error": [n_seeds, n_evals], "seconds": total}``.
+
+    ``workers > 1`` runs them in that many spawned processes; ``workers == 1`` runs them
+    here. Either way torch uses one thread per run, so the curves do not depend on
+    ``workers``.
+    """
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; choose from {METHODS}")
+    seeds = [int(s) for s in seeds]
+    tasks = [(m, s) for m in methods for s in seeds]
+    curves: dict[tuple[str, int], np.ndarray] = {}
+    seconds = {m: 0.0 for m in methods}
+    bar = tqdm(total=len(tasks), desc=f"mnist-{cfg.dataset}", disable=not progress)
+
+    def done(method: str, seed: int, curve: np.ndarray, secs: float) -> None:
+        curves[method, seed] = curve
+        seconds[method] += secs
+        bar.update(1)
+
+    try:
+        if workers <= 1:
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                for m, s in tasks:
+                    done(*run_one(m, s, cfg))
+            finally:
+                torch.set_num_threads(threads)
+        else:
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker) as pool:
+                futures = [pool.submit(run_one, m, s, cfg) for m, s in tasks]
+                try:
+                    for fut in as_completed(futures):
+                        done(*fut.result())
+                except BaseException:
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    raise
+    finally:
+        bar.close()
+    return {
+        m: {"error": np.stack([curves[m, s] for s in seeds]), "seconds": seconds[m]} for m in methods
+    }
