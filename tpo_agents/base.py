@@ -25,7 +25,8 @@ from stable_baselines3.common.vec_env import VecEnv, unwrap_vec_normalize
 
 from tpo_agents.groups import LOGP_REDUCTIONS, GroupBatch
 from tpo_agents.policies.mlp import MlpPolicy
-from tpo_agents.sampling import COLLECTORS, GROUP_MODES
+from tpo_agents.policies.transformer import TransformerPolicy
+from tpo_agents.sampling import GROUP_MODES, collector_for
 from tpo_agents.vec_env import make_training_env
 
 SelfGrouped = TypeVar("SelfGrouped", bound="GroupedAlgorithm")
@@ -54,7 +55,10 @@ class GroupedAlgorithm(BaseAlgorithm):
     :param optimizer_kwargs: its extra arguments.
     """
 
-    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MlpPolicy": MlpPolicy}
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpPolicy": MlpPolicy,
+        "TransformerPolicy": TransformerPolicy,
+    }
     default_n_epochs: ClassVar[int] = 4
     policy: MlpPolicy
 
@@ -98,10 +102,7 @@ class GroupedAlgorithm(BaseAlgorithm):
         if optimizer_kwargs is not None:
             policy_kwargs["optimizer_kwargs"] = optimizer_kwargs
         if env is not None:
-            if n_envs is None:
-                n_envs = self.batch_size if _has_native_vector(env) else self.n_candidates
-            env = make_training_env(env, n_envs, seed)
-            _check_action_space(type(self).__name__, env.action_space)
+            env = self._build_env(env, n_envs, seed)
         super().__init__(
             policy=policy,
             env=env,
@@ -120,6 +121,18 @@ class GroupedAlgorithm(BaseAlgorithm):
             self._setup_model()
 
     # ------------------------------------------------------------------ setup
+    def _build_env(self, env: Any, n_envs: int | None, seed: int | None) -> VecEnv:
+        """The training VecEnv. Native vector envs get ``batch_size`` sub-envs, or
+        ``batch_size * n_candidates`` when groups are K rollouts per prompt, so one
+        pass of the vector env gathers a whole batch."""
+        native = _has_native_vector(env)
+        vec = make_training_env(env, n_envs or (self.batch_size if native else self.n_candidates), seed)
+        _check_action_space(type(self).__name__, vec.action_space)
+        if native and n_envs is None and self._group_mode_of(vec) == "sequence":
+            vec.close()
+            vec = make_training_env(env, self.batch_size * self.n_candidates, seed)
+        return vec
+
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
         return make_training_env(env, None)
@@ -157,10 +170,13 @@ class GroupedAlgorithm(BaseAlgorithm):
 
     def resolve_group_mode(self) -> str:
         """``group_mode``, or the subclass default for this env when it is ``"auto"``."""
+        return self._group_mode_of(self.env)
+
+    def _group_mode_of(self, vec_env: VecEnv) -> str:
         if self.group_mode != "auto":
             return self.group_mode
-        metadata = self.env.get_attr("metadata", indices=[0])[0] or {}
-        return self.default_group_mode(metadata.get("tpo_group_mode"), _can_score(self.env))
+        metadata = vec_env.get_attr("metadata", indices=[0])[0] or {}
+        return self.default_group_mode(metadata.get("tpo_group_mode"), _can_score(vec_env))
 
     # ---------------------------------------------------------------- rollout
     def _check_finite_rewards(self, rewards: np.ndarray, where: str = "env.step") -> None:
@@ -186,7 +202,7 @@ class GroupedAlgorithm(BaseAlgorithm):
         """Collect one batch of groups into ``self._batch``; False if a callback stopped it."""
         if self._resolved_group_mode is None:
             self._resolved_group_mode = self.resolve_group_mode()
-        collector = COLLECTORS[self._resolved_group_mode](self)
+        collector = collector_for(self, self._resolved_group_mode)
         self.policy.set_training_mode(False)
         callback.on_rollout_start()
         batch = collector.collect(callback, self.batch_size)

@@ -95,3 +95,83 @@ class GroupBatch:
         }
         baseline = None if self.baseline is None else self.baseline.to(device)
         return GroupBatch(self.states, baseline=baseline, logp_reduction=self.logp_reduction, **moved)
+
+
+def _gather_candidates(table: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+    return table.gather(-1, candidates)
+
+
+@dataclass
+class TokenGroupBatch:
+    """Token-level groups: at each position t of N behaviour sequences, K candidate tokens.
+
+    The behaviour sequence (candidate 0 at every position) is teacher-forced in one
+    forward pass, which gives the log-probs of all N * T groups at once.
+
+    :param prompts: ``[N, H]`` prompt tokens.
+    :param completions: ``[N, T]`` followed tokens.
+    :param candidates: ``[N, T, K]`` candidate tokens per position.
+    :param scores: ``[N * T, K]`` the env's score of each candidate.
+    """
+
+    prompts: torch.Tensor
+    completions: torch.Tensor
+    candidates: torch.Tensor
+    scores: torch.Tensor
+    mask: torch.Tensor
+    old_logp: torch.Tensor
+
+    @property
+    def n_groups(self) -> int:
+        return self.scores.shape[0]
+
+    @property
+    def group_size(self) -> int:
+        return self.scores.shape[1]
+
+    def log_probs(self, policy) -> torch.Tensor:
+        table = policy.token_log_probs(self.prompts, self.completions)
+        return _gather_candidates(table, self.candidates).reshape(self.n_groups, self.group_size)
+
+    def to(self, device: torch.device) -> TokenGroupBatch:
+        return TokenGroupBatch(**{k: getattr(self, k).to(device) for k in self.__dataclass_fields__})
+
+
+@dataclass
+class SequenceGroupBatch:
+    """Sequence-level groups: K sampled completions of each of G prompts.
+
+    A candidate's log-prob is the sum of its token log-probs, all from one forward pass.
+
+    :param prompts: ``[G, H]``.
+    :param completions: ``[G * K, T]`` (rows ``g * K + k``).
+    :param scores: ``[G, K]`` returns of the completions.
+    :param step_rewards: ``[G * K, T]`` per-token rewards (for per-position advantages).
+    """
+
+    prompts: torch.Tensor
+    completions: torch.Tensor
+    scores: torch.Tensor
+    mask: torch.Tensor
+    old_logp: torch.Tensor
+    step_rewards: torch.Tensor
+
+    @property
+    def n_groups(self) -> int:
+        return self.scores.shape[0]
+
+    @property
+    def group_size(self) -> int:
+        return self.scores.shape[1]
+
+    def token_log_probs(self, policy) -> torch.Tensor:
+        """``[G * K, T]`` log-prob of each sampled token."""
+        prompts = self.prompts.repeat_interleave(self.group_size, dim=0)
+        table = policy.token_log_probs(prompts, self.completions)
+        return _gather_candidates(table, self.completions.unsqueeze(-1)).squeeze(-1)
+
+    def log_probs(self, policy) -> torch.Tensor:
+        return self.token_log_probs(policy).sum(-1).view(self.n_groups, self.group_size)
+
+    def to(self, device: torch.device) -> SequenceGroupBatch:
+        return SequenceGroupBatch(**{k: getattr(self, k).to(device) for k in self.__dataclass_fields__})

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
-from tpo_agents.groups import GroupBatch
+from tpo_agents.groups import GroupBatch, SequenceGroupBatch, TokenGroupBatch
 
 if TYPE_CHECKING:
     from tpo_agents.base import GroupedAlgorithm
@@ -74,7 +74,7 @@ class Collector:
     def collect(self, callback: BaseCallback, n_groups: int) -> GroupBatch | None:
         raise NotImplementedError
 
-    def finish(self, batch: GroupBatch) -> GroupBatch:
+    def finish(self, batch):
         """Freeze the rollout-time log-probs of every candidate."""
         with torch.no_grad():
             batch.old_logp = batch.log_probs(self.algo.policy).float().cpu()
@@ -262,6 +262,143 @@ class SequenceCollector(Collector):
         return self.finish(rec.batch())
 
 
+class _TokenCollector(Collector):
+    """Base of the collectors for autoregressive policies on token envs.
+
+    The env is a lockstep vector env of prompt-then-generate episodes (every sub-env
+    writes ``T`` tokens after an ``H``-token prompt, like ``TokenReversal``); the policy
+    keeps a key/value cache across the ``T`` env steps instead of re-reading the prefix.
+    """
+
+    def layout(self) -> tuple[int, int, int]:
+        env = self.algo.env
+        H = int(env.get_attr("prompt_length", indices=[0])[0])
+        pad = int(self.algo.policy.pad_id)
+        T = int(np.asarray(self.algo._last_obs).shape[1]) - H
+        return H, T, pad
+
+    def fresh_prompts(self, H: int, pad: int) -> np.ndarray:
+        """Current prompts, after starting new episodes if any sub-env is mid-episode."""
+        obs = np.asarray(self.algo._last_obs)
+        if (obs[:, H:] != pad).any():
+            obs = np.asarray(self.algo.env.reset())
+            self.algo._last_obs = obs
+        return obs[:, :H]
+
+    def tensor(self, x) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(x), dtype=torch.long, device=self.algo.device)
+
+
+class TokenPerStateCollector(_TokenCollector):
+    """Token-level groups: K candidates at every prefix state, follow candidate 0."""
+
+    mode = "per_state"
+
+    def collect(self, callback: BaseCallback, n_groups: int) -> TokenGroupBatch | None:
+        algo, policy, K = self.algo, self.algo.policy, self.algo.n_candidates
+        H, T, pad = self.layout()
+        prompts, completions, cands, scores = [], [], [], []
+        collected = 0
+        while collected < n_groups:
+            prompt = self.fresh_prompts(H, pad)
+            log_probs, cache = policy.start(self.tensor(prompt))
+            seq_c, seq_s = [], []
+            for t in range(T):
+                c = policy.sample(log_probs, K)
+                s = vec_score_candidates(algo.env, c.cpu().numpy())
+                algo._check_finite_rewards(s, "score_candidates")
+                new_obs, rewards, dones, infos = algo.env.step(c[:, 0].cpu().numpy())
+                if not algo._after_env_step(callback, new_obs, rewards, dones, infos, algo.n_envs):
+                    return None
+                seq_c.append(c)
+                seq_s.append(torch.as_tensor(s, dtype=torch.float32))
+                if t + 1 < T:
+                    log_probs, cache = policy.advance(c[:, 0], cache)
+            prompts.append(self.tensor(prompt))
+            cands.append(torch.stack(seq_c, 1))
+            scores.append(torch.stack(seq_s, 1))
+            completions.append(cands[-1][..., 0])
+            collected += len(prompt)
+        cands_t = torch.cat(cands)
+        N = len(cands_t)
+        batch = TokenGroupBatch(
+            prompts=torch.cat(prompts),
+            completions=torch.cat(completions),
+            candidates=cands_t,
+            scores=torch.cat(scores).view(N * T, K),
+            mask=torch.ones(N * T, K, dtype=torch.bool),
+            old_logp=torch.zeros(N * T, K),
+        )
+        return self.finish(batch)
+
+
+class TokenSequenceCollector(_TokenCollector):
+    """Sequence-level groups: K sampled completions per prompt (K = 1: single-sample)."""
+
+    mode = "sequence"
+
+    def group_size(self) -> int:
+        return self.algo.n_candidates
+
+    def collect(self, callback: BaseCallback, n_groups: int) -> SequenceGroupBatch | None:
+        algo, policy, K = self.algo, self.algo.policy, self.group_size()
+        n = algo.n_envs
+        if n % K:
+            raise ValueError(f"sequence groups need n_envs to be a multiple of K = {K}; got n_envs = {n}")
+        H, T, pad = self.layout()
+        prompts, completions, rewards_all = [], [], []
+        collected = 0
+        while collected < n_groups:
+            prompt = self.fresh_prompts(H, pad)[::K]
+            if K > 1:  # replay each prompt in its block of K sub-envs
+                algo.env.set_options({"context": np.repeat(prompt, K, axis=0)})
+                algo._last_obs = algo.env.reset()
+            log_probs, cache = policy.start(self.tensor(prompt), K)
+            tokens, rewards = [], []
+            for t in range(T):
+                token = policy.sample(log_probs).squeeze(-1)
+                new_obs, r, dones, infos = algo.env.step(token.cpu().numpy())
+                if not algo._after_env_step(callback, new_obs, r, dones, infos, n):
+                    return None
+                tokens.append(token)
+                rewards.append(torch.as_tensor(r, dtype=torch.float32))
+                if t + 1 < T:
+                    log_probs, cache = policy.advance(token, cache)
+            prompts.append(self.tensor(prompt))
+            completions.append(torch.stack(tokens, 1))
+            rewards_all.append(torch.stack(rewards, 1))
+            collected += len(prompt)
+        step_rewards = torch.cat(rewards_all)
+        G = len(step_rewards) // K
+        batch = SequenceGroupBatch(
+            prompts=torch.cat(prompts),
+            completions=torch.cat(completions),
+            scores=step_rewards.sum(1).view(G, K),
+            mask=torch.ones(G, K, dtype=torch.bool),
+            old_logp=torch.zeros(G, K),
+            step_rewards=step_rewards,
+        )
+        return self.finish(batch)
+
+
+class TokenSingleCollector(TokenSequenceCollector):
+    """One sampled completion per prompt (PG, DG, critic-free PPO)."""
+
+    mode = "single"
+
+    def group_size(self) -> int:
+        return 1
+
+
 COLLECTORS = {
     c.mode: c for c in (AllActionsCollector, PerStateCollector, SequenceCollector, SingleCollector)
 }
+TOKEN_COLLECTORS = {c.mode: c for c in (TokenPerStateCollector, TokenSequenceCollector, TokenSingleCollector)}
+
+
+def collector_for(algo: GroupedAlgorithm, mode: str) -> Collector:
+    """The collector of ``mode`` suited to the agent's policy."""
+    table = TOKEN_COLLECTORS if getattr(algo.policy, "autoregressive", False) else COLLECTORS
+    if mode not in table:
+        raise ValueError(f"group_mode {mode!r} is not available for {type(algo.policy).__name__}; options: {sorted(table)}")
+    return table[mode](algo)

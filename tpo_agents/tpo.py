@@ -35,8 +35,8 @@ class TPO(GroupedAlgorithm):
         super().__init__(policy, env, *args, **kwargs)
 
     def default_group_mode(self, hint: str | None, can_score: bool) -> str:
-        if hint == "all_actions":
-            return "all_actions"
+        if hint in ("all_actions", "per_state", "sequence"):
+            return hint
         return "per_state" if can_score else "sequence"
 
     def prepare(self, batch: GroupBatch) -> dict[str, torch.Tensor]:

@@ -1,5 +1,18 @@
 """Policies for the grouped agents: every policy maps observations to action logits."""
 
 from tpo_agents.policies.mlp import CategoricalPolicy, MlpPolicy
+from tpo_agents.policies.transformer import (
+    CausalTransformer,
+    TransformerActorCriticPolicy,
+    TransformerExtractor,
+    TransformerPolicy,
+)
 
-__all__ = ["CategoricalPolicy", "MlpPolicy"]
+__all__ = [
+    "CategoricalPolicy",
+    "CausalTransformer",
+    "MlpPolicy",
+    "TransformerActorCriticPolicy",
+    "TransformerExtractor",
+    "TransformerPolicy",
+]

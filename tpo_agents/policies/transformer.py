@@ -1,0 +1,296 @@
+"""The paper's decoder-only causal transformer, as a TPO policy and as an SB3 extractor.
+
+Observations are token sequences of fixed length ``2H``: the prompt, the tokens emitted
+so far, then padding (``pad_id``, by default the action count V, the first id past the
+vocabulary). The next-token distribution is read at the last non-padding position.
+
+Sampling runs with a key/value cache: the prompt is encoded once, its cache is shared by
+the K candidates drawn for it, and each new token costs one single-position forward
+pass. The log-probabilities of whole sequences come from one teacher-forced forward pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
+from torch import nn
+
+from tpo_agents.policies.mlp import CategoricalPolicy
+
+KVCache = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention that can append to a key/value cache."""
+
+    def __init__(self, d_model: int, n_heads: int):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(
+        self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        B, T, D = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
+        if cache is not None:
+            k = torch.cat([cache[0], k], dim=2)
+            v = torch.cat([cache[1], v], dim=2)
+        past = k.shape[2] - T
+        if past == 0:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
+        elif T == 1:
+            out = F.scaled_dot_product_attention(q, k, v)  # one new position sees everything
+        else:
+            allowed = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(past)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        out = out.transpose(1, 2).reshape(B, T, D)
+        return self.proj(out), (k, v)
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: attention then a 4x GELU feed-forward."""
+
+    def __init__(self, d_model: int, n_heads: int, ffn_mult: int):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, n_heads)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.ffn = nn.Sequential(
+            nn.Linear(d_model, ffn_mult * d_model), nn.GELU(), nn.Linear(ffn_mult * d_model, d_model)
+        )
+
+    def forward(self, x, cache=None):
+        a, cache = self.attn(self.ln1(x), cache)
+        x = x + a
+        return x + self.ffn(self.ln2(x)), cache
+
+
+class CausalTransformer(nn.Module):
+    """Decoder-only transformer: token + learned position embeddings, pre-LN blocks,
+    final LayerNorm, linear head.
+
+    :param n_tokens: input vocabulary (including padding).
+    :param n_outputs: size of the output head (the action count).
+    :param n_positions: longest sequence (learned positions).
+    """
+
+    def __init__(
+        self,
+        n_tokens: int,
+        n_outputs: int,
+        n_positions: int,
+        d_model: int = 64,
+        n_layers: int = 2,
+        n_heads: int = 2,
+        ffn_mult: int = 4,
+    ):
+        super().__init__()
+        self.n_positions = n_positions
+        self.tok_emb = nn.Embedding(n_tokens, d_model)
+        self.pos_emb = nn.Embedding(n_positions, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, ffn_mult) for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, n_outputs)
+
+    def hidden(self, tokens: torch.Tensor, cache: KVCache | None = None) -> tuple[torch.Tensor, KVCache]:
+        """Final-LayerNorm hidden states ``[B, T, d]`` for ``tokens`` following ``cache``."""
+        start = 0 if cache is None else cache[0][0].shape[2]
+        T = tokens.shape[1]
+        if start + T > self.n_positions:
+            raise ValueError(f"sequence of {start + T} tokens exceeds n_positions = {self.n_positions}")
+        pos = torch.arange(start, start + T, device=tokens.device)
+        x = self.tok_emb(tokens) + self.pos_emb(pos)
+        new_cache: KVCache = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block(x, None if cache is None else cache[i])
+            new_cache.append(kv)
+        return self.ln_f(x), new_cache
+
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> tuple[torch.Tensor, KVCache]:
+        h, cache = self.hidden(tokens, cache)
+        return self.head(h), cache
+
+
+def _layout(observation_space: spaces.Space, action_space: spaces.Space, pad_id: int | None):
+    if not isinstance(action_space, spaces.Discrete):
+        raise ValueError(f"TransformerPolicy needs a Discrete action space (tokens); got {action_space}")
+    if not (isinstance(observation_space, spaces.Box | spaces.MultiDiscrete) and len(observation_space.shape) == 1):
+        raise ValueError(
+            "TransformerPolicy needs 1-D token observations (Box or MultiDiscrete of shape "
+            f"[prompt + generated]); got {observation_space}"
+        )
+    n_actions = int(action_space.n)
+    pad = n_actions if pad_id is None else int(pad_id)
+    return n_actions, pad, int(observation_space.shape[0])
+
+
+def _tokens_from_obs(obs: torch.Tensor, observation_space: spaces.Space, n_tokens: int) -> torch.Tensor:
+    """Token ids ``[B, L]`` from raw or SB3-preprocessed (one-hot MultiDiscrete) observations."""
+    L = observation_space.shape[0]
+    if obs.dim() == 2 and obs.shape[1] == L:
+        return obs.long()
+    if isinstance(observation_space, spaces.MultiDiscrete) and obs.shape[-1] == int(observation_space.nvec.sum()):
+        return obs.view(obs.shape[0], L, -1).argmax(-1)
+    raise ValueError(f"cannot read token ids from observations of shape {tuple(obs.shape)}")
+
+
+def _last_positions(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """Index of the last non-padding token of each row (the position to predict from)."""
+    return ((tokens != pad_id).sum(1) - 1).clamp_min(0)
+
+
+class TransformerPolicy(CategoricalPolicy):
+    """Causal-transformer policy over a token vocabulary (the paper's Token Reversal policy).
+
+    Defaults are the paper's: d_model 64, 2 layers, 2 heads, FFN 4x GELU, learned
+    positions over the observation length (2H), final LayerNorm, linear head to V.
+
+    :param d_model, n_layers, n_heads, ffn_mult: network sizes.
+    :param pad_id: padding id in observations (default: the action count V).
+    :param optimizer_class: default Muon for 2-D weight matrices + AdamW for the rest
+        (:class:`tpo_agents.optim.MuonAdamW`); any torch optimizer works.
+    """
+
+    autoregressive = True
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        d_model: int = 64,
+        n_layers: int = 2,
+        n_heads: int = 2,
+        ffn_mult: int = 4,
+        pad_id: int | None = None,
+        optimizer_class: type[torch.optim.Optimizer] | None = None,
+        optimizer_kwargs: dict[str, Any] | None = None,
+    ):
+        from tpo_agents.optim import MuonAdamW
+
+        n_actions, pad, length = _layout(observation_space, action_space, pad_id)
+        super().__init__(
+            observation_space,
+            action_space,
+            optimizer_class=MuonAdamW if optimizer_class is None else optimizer_class,
+            optimizer_kwargs=optimizer_kwargs,
+            normalize_images=False,
+        )
+        self.arch = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, ffn_mult=ffn_mult)
+        self.pad_id = pad
+        self.n_tokens = max(n_actions, pad) + 1
+        self.net = CausalTransformer(self.n_tokens, n_actions, length, **self.arch)
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(
+            lr_schedule=self._dummy_schedule,
+            pad_id=self.pad_id,
+            optimizer_class=self.optimizer_class,
+            optimizer_kwargs=self.optimizer_kwargs,
+            **self.arch,
+        )
+        return data
+
+    # -- one step (SB3 predict, generic collectors) ---------------------------
+    def action_logits(self, obs: PyTorchObs) -> torch.Tensor:
+        tokens = _tokens_from_obs(obs, self.observation_space, self.n_tokens)
+        logits, _ = self.net(tokens)
+        last = _last_positions(tokens, self.pad_id)
+        return logits[torch.arange(len(tokens), device=tokens.device), last]
+
+    # -- whole sequences --------------------------------------------------------
+    def token_log_probs(self, prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
+        """``log pi(. | prompt, completion[:t])`` for every completion position, ``[N, T, V]``.
+
+        One teacher-forced forward pass over ``prompt + completion[:-1]``.
+        """
+        H, T = prompts.shape[1], completions.shape[1]
+        tokens = torch.cat([prompts, completions[:, :-1]], dim=1)
+        logits, _ = self.net(tokens)
+        return torch.log_softmax(logits[:, H - 1 : H - 1 + T], dim=-1)
+
+    @torch.no_grad()
+    def start(self, prompts: torch.Tensor, n_samples: int = 1) -> tuple[torch.Tensor, KVCache]:
+        """Encode the prompts once; return next-token log-probs and the cache, each
+        repeated ``n_samples`` times per prompt (rows ``b * n_samples + k``)."""
+        logits, cache = self.net(prompts)
+        log_probs = torch.log_softmax(logits[:, -1], dim=-1)
+        if n_samples > 1:
+            log_probs = log_probs.repeat_interleave(n_samples, dim=0)
+            cache = [(k.repeat_interleave(n_samples, 0), v.repeat_interleave(n_samples, 0)) for k, v in cache]
+        return log_probs, cache
+
+    @torch.no_grad()
+    def advance(self, tokens: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, KVCache]:
+        """Feed one token per row; return the next-token log-probs and the grown cache."""
+        logits, cache = self.net(tokens.view(-1, 1), cache)
+        return torch.log_softmax(logits[:, -1], dim=-1), cache
+
+    @torch.no_grad()
+    def generate(self, prompts: torch.Tensor, max_new_tokens: int, n_samples: int = 1) -> torch.Tensor:
+        """Sample ``n_samples`` completions per prompt with the cache, ``[B * n, T]``."""
+        log_probs, cache = self.start(prompts, n_samples)
+        out = []
+        for t in range(max_new_tokens):
+            token = self.sample(log_probs).squeeze(-1)
+            out.append(token)
+            if t + 1 < max_new_tokens:
+                log_probs, cache = self.advance(token, cache)
+        return torch.stack(out, dim=1)
+
+
+class TransformerExtractor(BaseFeaturesExtractor):
+    """The same transformer as an SB3 features extractor (for ``PPO``'s actor-critic):
+    the features are the final hidden state at the last non-padding position."""
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        n_actions: int,
+        d_model: int = 64,
+        n_layers: int = 2,
+        n_heads: int = 2,
+        ffn_mult: int = 4,
+        pad_id: int | None = None,
+    ):
+        super().__init__(observation_space, d_model)
+        self.pad_id = n_actions if pad_id is None else int(pad_id)
+        self.n_tokens = max(n_actions, self.pad_id) + 1
+        self.net = CausalTransformer(
+            self.n_tokens, n_actions, observation_space.shape[0], d_model, n_layers, n_heads, ffn_mult
+        )
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        tokens = _tokens_from_obs(observations, self._observation_space, self.n_tokens)
+        h, _ = self.net.hidden(tokens)
+        return h[torch.arange(len(tokens), device=tokens.device), _last_positions(tokens, self.pad_id)]
+
+
+class TransformerActorCriticPolicy(ActorCriticPolicy):
+    """SB3 actor-critic on the causal transformer: ``PPO(TransformerActorCriticPolicy, env)``.
+
+    Policy and value heads are linear maps of the shared transformer features.
+    ``policy_kwargs`` may set ``transformer_kwargs`` (d_model, n_layers, n_heads, ...).
+    """
+
+    def __init__(self, observation_space, action_space, lr_schedule, transformer_kwargs=None, **kwargs):
+        _layout(observation_space, action_space, None)
+        kwargs.setdefault("net_arch", dict(pi=[], vf=[]))
+        kwargs.setdefault("features_extractor_class", TransformerExtractor)
+        kwargs.setdefault(
+            "features_extractor_kwargs", dict(n_actions=int(action_space.n), **(transformer_kwargs or {}))
+        )
+        kwargs.setdefault("share_features_extractor", True)
+        super().__init__(observation_space, action_space, lr_schedule, **kwargs)
