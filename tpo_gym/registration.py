@@ -15,6 +15,20 @@ _IDS = {
         entry_point="tpo_gym.mnist:MNISTBanditEnv",
         vector_entry_point="tpo_gym.mnist:MNISTBanditVectorEnv",
     ),
+    # Token Reversal: episodes end by themselves after `length` steps (no max_episode_steps).
+    "TokenReversal-v0": dict(
+        entry_point="tpo_gym.token_reversal:TokenReversalEnv",
+        vector_entry_point="tpo_gym.token_reversal:TokenReversalVectorEnv",
+        kwargs={"reward": "bag"},
+    ),
+    **{
+        f"TokenReversal-{reward}-v0": dict(
+            entry_point="tpo_gym.token_reversal:TokenReversalEnv",
+            vector_entry_point="tpo_gym.token_reversal:TokenReversalVectorEnv",
+            kwargs={"reward": reward},
+        )
+        for reward in ("bag", "sequential", "terminal")
+    },
 }
 
 
