@@ -126,6 +126,9 @@ class GroupedAlgorithm(BaseAlgorithm):
         ``batch_size * n_candidates`` when groups are K rollouts per prompt, so one
         pass of the vector env gathers a whole batch."""
         native = _has_native_vector(env)
+        if isinstance(env, VecEnv):
+            _check_action_space(type(self).__name__, env.action_space)
+            return env
         vec = make_training_env(env, n_envs or (self.batch_size if native else self.n_candidates), seed)
         _check_action_space(type(self).__name__, vec.action_space)
         if native and n_envs is None and self._group_mode_of(vec) == "sequence":
@@ -149,11 +152,18 @@ class GroupedAlgorithm(BaseAlgorithm):
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_batch", "_resolved_group_mode", "_episode_in_progress"]
 
+    @classmethod
+    def load(cls, path, env: GymEnv | None = None, device: torch.device | str = "auto", **kwargs: Any):
+        """Load a saved agent (SB3's ``load``); ``env`` is built as the constructor builds it."""
+        model = super().load(path, env=None, device=device, **kwargs)
+        if env is not None:
+            model.set_env(env)
+        return model
+
     def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
         """Use a new env with the same spaces; unlike SB3, the number of envs may differ
         (the agents keep no per-env buffers). Envs are built as in the constructor."""
-        n_envs = self.batch_size if _has_native_vector(env) else None
-        env = make_training_env(env, n_envs, self.seed)
+        env = self._build_env(env, None, self.seed)
         check_for_correct_spaces(env, self.observation_space, self.action_space)
         self.n_envs = env.num_envs
         self.env = env

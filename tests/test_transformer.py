@@ -1,0 +1,171 @@
+"""The transformer policy, its cache, Muon, and TPO on Token Reversal end to end."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from stable_baselines3 import PPO
+
+import tpo_gym  # noqa: F401
+from tpo_agents import DG, GRPO, PG, TPO
+from tpo_agents.groups import SequenceGroupBatch
+from tpo_agents.optim import MuonAdamW
+from tpo_agents.policies import TransformerActorCriticPolicy, TransformerPolicy
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def make_policy(H=5, V=3, **kwargs) -> TransformerPolicy:
+    env = gym.make("TokenReversal-bag-v0", length=H, vocab_size=V)
+    torch.manual_seed(0)
+    return TransformerPolicy(env.observation_space, env.action_space, lambda _: 1e-3, **kwargs)
+
+
+def test_default_architecture_is_the_papers():
+    policy = make_policy(H=10, V=2)
+    net = policy.net
+    assert net.tok_emb.embedding_dim == 64 and len(net.blocks) == 2
+    assert net.blocks[0].attn.n_heads == 2 and net.pos_emb.num_embeddings == 20
+    assert net.blocks[0].ffn[0].out_features == 256 and isinstance(net.blocks[0].ffn[1], torch.nn.GELU)
+    assert net.head.out_features == 2 and isinstance(policy.optimizer, MuonAdamW)
+    custom = make_policy(d_model=32, n_layers=3, n_heads=4)
+    assert custom.net.tok_emb.embedding_dim == 32 and len(custom.net.blocks) == 3
+
+
+def test_kv_cache_matches_full_forward_and_obs_path():
+    policy = make_policy()
+    H, V, K = 5, 3, 4
+    prompts = torch.randint(0, V, (3, H))
+    completions = policy.generate(prompts, H, n_samples=K)
+    assert completions.shape == (3 * K, H)
+    full = policy.token_log_probs(prompts.repeat_interleave(K, 0), completions)
+    log_probs, cache = policy.start(prompts, K)
+    cached = [log_probs]
+    for t in range(H - 1):
+        log_probs, cache = policy.advance(completions[:, t], cache)
+        cached.append(log_probs)
+    assert torch.allclose(torch.stack(cached, 1), full, atol=1e-5)
+    # The per-step observation path (SB3 predict) reads the same distribution.
+    for t in range(H):
+        obs = torch.full((3 * K, 2 * H), V)
+        obs[:, :H] = prompts.repeat_interleave(K, 0)
+        obs[:, H : H + t] = completions[:, :t]
+        step = torch.log_softmax(policy.action_logits(obs), -1)
+        assert torch.allclose(step, full[:, t], atol=1e-5)
+
+
+def test_shared_prompt_candidates_equal_independent_evaluation_and_sum_of_tokens():
+    policy = make_policy()
+    prompts = torch.randint(0, 3, (2, 5))
+    completions = torch.randint(0, 3, (6, 5))
+    batch = SequenceGroupBatch(
+        prompts=prompts, completions=completions, scores=torch.zeros(2, 3),
+        mask=torch.ones(2, 3, dtype=torch.bool), old_logp=torch.zeros(2, 3), step_rewards=torch.zeros(6, 5),
+    )
+    grouped = batch.log_probs(policy)
+    for g in range(2):
+        for k in range(3):
+            row = completions[g * 3 + k : g * 3 + k + 1]
+            table = policy.token_log_probs(prompts[g : g + 1], row)[0]
+            assert grouped[g, k].item() == pytest.approx(table[torch.arange(5), row[0]].sum().item(), abs=1e-5)
+
+
+def test_muon_adamw_splits_parameters_and_round_trips_state():
+    policy = make_policy()
+    muon, adamw = policy.optimizer.parts
+    assert all(p.ndim == 2 for g in muon.param_groups for p in g["params"])
+    assert all(p.ndim != 2 for g in adamw.param_groups for p in g["params"])
+    loss = -policy.token_log_probs(torch.zeros(2, 5, dtype=torch.long), torch.ones(2, 5, dtype=torch.long)).mean()
+    loss.backward()
+    before = [p.detach().clone() for p in policy.parameters()]
+    policy.optimizer.step()
+    assert all(not torch.equal(b, p) for b, p in zip(before, policy.parameters()))
+    state = policy.optimizer.state_dict()
+    other = make_policy()
+    other.optimizer.load_state_dict(state)
+    assert other.optimizer.state_dict()["parts"][1]["state"].keys() == state["parts"][1]["state"].keys()
+    with pytest.raises(ValueError, match="must hold 2 optimizer states"):
+        other.optimizer.load_state_dict({"parts": []})
+
+
+# ----------------------------------------------------------------- learning
+
+
+def exact_match_error(model, env_id, H, n=200, seed=123) -> float:
+    env = gym.make_vec(env_id, num_envs=n, length=H)
+    obs, _ = env.reset(seed=seed)
+    exact = None
+    for _ in range(H):
+        actions, _ = model.predict(obs, deterministic=True)
+        obs, _, _, _, info = env.step(actions)
+    exact = info["final_info"]["exact_match"]
+    return 1.0 - float(np.mean(exact))
+
+
+@pytest.mark.slow
+def test_tpo_sequence_level_solves_terminal_reward():
+    env = gym.make("TokenReversal-terminal-v0", length=5)
+    # Plain Adam: at this small scale it is stable at a larger step than Muon, whose
+    # scale-free updates keep full size even when TPO's gradient has nearly vanished.
+    model = TPO(
+        "TransformerPolicy", env, seed=0, batch_size=32, learning_rate=3e-3, optimizer_class=torch.optim.Adam
+    )
+    assert model.resolve_group_mode() == "sequence" and model.n_envs == 32 * 8
+    model.learn(30 * 32 * 8 * 5)  # 30 iterations
+    assert exact_match_error(model, "TokenReversal-terminal-v0", 5) < 0.05
+
+
+@pytest.mark.slow
+def test_tpo_token_level_solves_bag_reward():
+    env = gym.make("TokenReversal-bag-v0", length=6)
+    model = TPO(
+        "TransformerPolicy", env, seed=0, batch_size=50, learning_rate=3e-3, optimizer_class=torch.optim.Adam
+    )
+    assert model.resolve_group_mode() == "per_state"
+    model.learn(30 * 50 * 6)
+    assert model._batch.n_groups == 50 * 6 and model._batch.group_size == 8
+    assert exact_match_error(model, "TokenReversal-bag-v0", 6) < 0.05
+
+
+def test_user_workflow_terminal_env_train_save_load_predict(tmp_path):
+    env = gym.make("TokenReversal-terminal-v0", length=3)
+    model = TPO("TransformerPolicy", env, batch_size=10, seed=1)
+    model.learn(3 * 10 * 8 * 3)
+    model.save(tmp_path / "tpo_reversal")
+    loaded = TPO.load(tmp_path / "tpo_reversal", env=env)
+    obs, _ = env.reset(seed=0)
+    a1, _ = model.predict(obs, deterministic=True)
+    a2, _ = loaded.predict(obs, deterministic=True)
+    assert a1 == a2 and env.action_space.contains(int(a1))
+    assert isinstance(loaded.policy.optimizer, MuonAdamW)
+    loaded.learn(100, reset_num_timesteps=False)
+
+
+@pytest.mark.parametrize("cls", [GRPO, DG, PG])
+def test_comparators_train_on_token_reversal(cls):
+    model = cls("TransformerPolicy", gym.make("TokenReversal-terminal-v0", length=3), batch_size=8, seed=0)
+    model.learn(2 * 8 * 8 * 3)
+    assert model.num_timesteps > 0 and model._n_updates >= 1
+
+
+def test_sb3_ppo_trains_the_transformer_actor_critic():
+    env = gym.make("TokenReversal-bag-v0", length=3)
+    model = PPO(TransformerActorCriticPolicy, env, n_steps=48, batch_size=16, n_epochs=1, seed=0)
+    model.learn(96)
+    assert model.policy.features_extractor.net.tok_emb.embedding_dim == 64
+    action, _ = model.predict(env.reset(seed=0)[0])
+    assert env.action_space.contains(int(action))
+
+
+def test_token_level_groups_refuse_terminal_reward():
+    model = TPO("TransformerPolicy", gym.make("TokenReversal-terminal-v0", length=3), group_mode="per_state", batch_size=4)
+    with pytest.raises(ValueError, match="terminal"):
+        model.learn(10)
