@@ -9,7 +9,7 @@ import torch
 from stable_baselines3 import PPO
 
 import tpo_gym  # noqa: F401
-from tpo_agents import DG, GRPO, PG, TPO
+from tpo_agents import DG, GRPO, PG, TPO, CriticFreePPO
 from tpo_agents.groups import SequenceGroupBatch
 from tpo_agents.optim import MuonAdamW
 from tpo_agents.policies import TransformerActorCriticPolicy, TransformerPolicy
@@ -169,3 +169,34 @@ def test_token_level_groups_refuse_terminal_reward():
     model = TPO("TransformerPolicy", gym.make("TokenReversal-terminal-v0", length=3), group_mode="per_state", batch_size=4)
     with pytest.raises(ValueError, match="terminal"):
         model.learn(10)
+
+
+def test_single_sample_token_advantages_are_per_position_reward_to_go():
+    model = PG("TransformerPolicy", gym.make("TokenReversal-sequential-v0", length=3), batch_size=16, seed=0)
+    model.learn(16 * 3)
+    batch = model._batch
+    frozen = model.prepare(batch)
+    rewards = batch.step_rewards
+    rtg = torch.stack([rewards[:, t:].sum(1) for t in range(3)], 1)
+    assert torch.allclose(frozen["advantages"], rtg - rtg.mean(0, keepdim=True))
+    assert torch.allclose(frozen["old_logp"], batch.token_log_probs(model.policy))
+
+
+def test_critic_free_ppo_learns_bag_reversal():
+    model = CriticFreePPO(
+        "TransformerPolicy", gym.make("TokenReversal-bag-v0", length=4), seed=0, learning_rate=3e-3,
+        optimizer_class=torch.optim.Adam,
+    )
+    assert model.n_epochs == 4 and model.clip_range == 0.2
+    model.learn(15 * 100 * 4)
+    assert exact_match_error(model, "TokenReversal-bag-v0", 4) < 0.05
+
+
+def test_interaction_matched_scales_batch_and_learning_rate():
+    model = DG(
+        "TransformerPolicy", gym.make("TokenReversal-terminal-v0", length=3), interaction_matched=True,
+        n_candidates=4, batch_size=10, learning_rate=1e-3,
+    )
+    assert model.batch_size == 40 and model.n_envs == 40
+    assert model.lr_schedule(1.0) == pytest.approx(2e-3)
+    assert model.n_epochs == 1

@@ -7,8 +7,8 @@ base; SB3's own ``PPO`` is the PPO comparator. The math lives in
 
 from tpo_agents.base import GroupedAlgorithm
 from tpo_agents.grpo import GRPO
-from tpo_agents.pg import DG, PG
+from tpo_agents.pg import DG, PG, CriticFreePPO
 from tpo_agents.policies import MlpPolicy
 from tpo_agents.tpo import TPO, GroupPG
 
-__all__ = ["DG", "GRPO", "GroupPG", "GroupedAlgorithm", "MlpPolicy", "PG", "TPO"]
+__all__ = ["CriticFreePPO", "DG", "GRPO", "GroupPG", "GroupedAlgorithm", "MlpPolicy", "PG", "TPO"]

@@ -228,6 +228,11 @@ class GroupedAlgorithm(BaseAlgorithm):
         """Quantities frozen for all epochs of a batch (targets, advantages)."""
         return {}
 
+    def current_log_probs(self, batch: GroupBatch) -> torch.Tensor:
+        """Log-probs the objective reads, under the current parameters (with gradient):
+        ``[G, K]`` candidate log-probs by default."""
+        return batch.log_probs(self.policy)
+
     def compute_loss(
         self, batch: GroupBatch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]
     ) -> torch.Tensor:
@@ -249,7 +254,7 @@ class GroupedAlgorithm(BaseAlgorithm):
         losses, grad_norms = [], []
         params = list(self.policy.parameters())
         for _ in range(self.n_epochs):
-            logp = batch.log_probs(self.policy)
+            logp = self.current_log_probs(batch)
             loss = self.compute_loss(batch, logp, frozen)
             if not torch.isfinite(loss):
                 raise FloatingPointError(

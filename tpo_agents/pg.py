@@ -1,42 +1,76 @@
-"""Single-sample comparators: PG (REINFORCE) and DG (Delightful Policy Gradient)."""
+"""Single-sample comparators: PG (REINFORCE), DG (Delightful PG) and critic-free PPO.
+
+One sampled rollout per context. On token envs (one completion per prompt) the update is
+per token, with the advantage of token t = its reward-to-go minus the batch mean of the
+reward-to-go at position t (the paper's critic-free baseline; for terminal reward every
+token sees the sequence reward). Elsewhere the advantage is the episode return minus a
+baseline, applied to the log-prob of the whole rollout.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import torch
 
 from tpo_agents import objectives as obj
 from tpo_agents.base import GroupedAlgorithm
-from tpo_agents.groups import GroupBatch
+from tpo_agents.groups import GroupBatch, SequenceGroupBatch
 
 BASELINES = ("batch_mean", "pi_squared", "none")
 
 
+def _per_token(batch) -> bool:
+    return isinstance(batch, SequenceGroupBatch)
+
+
 class PG(GroupedAlgorithm):
-    """REINFORCE with a baseline: ``L = -mean((R - b) log pi(trajectory))``.
+    """REINFORCE with a baseline: ``L = -mean((R - b) log pi)``.
 
-    One sampled rollout per context (``group_mode="single"``); ``R`` is the episode
-    return. Defaults to one epoch (multiple epochs of plain REINFORCE are off-policy).
+    Defaults to one epoch (plain REINFORCE is on-policy).
 
-    :param baseline: ``"batch_mean"`` (mean return of the batch), ``"pi_squared"``
-        (``sum_a pi(a | x)^2`` at the first state, the paper's MNIST baseline; one-step
-        episodes) or ``"none"``.
+    :param baseline: ``"batch_mean"`` (mean return of the batch; per position on token
+        envs), ``"pi_squared"`` (``sum_a pi(a | x)^2`` at the first state, the paper's
+        MNIST baseline; one-step episodes) or ``"none"``.
+    :param interaction_matched: the paper's interaction-matched comparison: the batch
+        becomes ``batch_size * n_candidates`` contexts and the learning rate is scaled
+        by ``sqrt(n_candidates)``, so this single-sample method consumes as many rollouts
+        per update as a grouped method with K candidates.
     """
 
     default_n_epochs: ClassVar[int] = 1
 
-    def __init__(self, policy, env, *args: Any, baseline: str = "batch_mean", **kwargs: Any):
+    def __init__(
+        self,
+        policy,
+        env,
+        *args: Any,
+        baseline: str = "batch_mean",
+        interaction_matched: bool = False,
+        **kwargs: Any,
+    ):
         if baseline not in BASELINES:
             raise ValueError(f"baseline must be one of {BASELINES}; got {baseline!r}")
         self.baseline = baseline
+        self.interaction_matched = bool(interaction_matched)
+        if self.interaction_matched:
+            k = kwargs.get("n_candidates", 8)
+            kwargs["batch_size"] = kwargs.get("batch_size", 100) * k
+            kwargs["learning_rate"] = _scaled(kwargs.get("learning_rate", 1e-3), math.sqrt(k))
         kwargs.setdefault("group_mode", "single")
         super().__init__(policy, env, *args, **kwargs)
 
     def default_group_mode(self, hint: str | None, can_score: bool) -> str:
         return "single"
 
-    def prepare(self, batch: GroupBatch) -> dict[str, torch.Tensor]:
+    def prepare(self, batch) -> dict[str, torch.Tensor]:
+        if _per_token(batch):
+            returns = batch.step_rewards.flip(-1).cumsum(-1).flip(-1)  # reward-to-go [N, T]
+            b = returns.mean(0, keepdim=True) if self.baseline == "batch_mean" else torch.zeros(())
+            if self.baseline == "pi_squared":
+                raise ValueError("baseline='pi_squared' needs one-step episodes; use 'batch_mean' on token envs")
+            return {"advantages": returns - b, "old_logp": batch.token_log_probs(self.policy)}
         scores = batch.scores
         if self.baseline == "batch_mean":
             b = scores[batch.mask].mean()
@@ -44,7 +78,10 @@ class PG(GroupedAlgorithm):
             b = self._pi_squared(batch).view(-1, 1)
         else:
             b = torch.zeros(())
-        return {"advantages": (scores - b).masked_fill(~batch.mask, 0.0)}
+        return {"advantages": (scores - b).masked_fill(~batch.mask, 0.0), "old_logp": batch.old_logp}
+
+    def current_log_probs(self, batch) -> torch.Tensor:
+        return batch.token_log_probs(self.policy) if _per_token(batch) else batch.log_probs(self.policy)
 
     def _pi_squared(self, batch: GroupBatch) -> torch.Tensor:
         """``sum_a pi(a | x)^2`` at each candidate's first state (rollout policy)."""
@@ -54,8 +91,8 @@ class PG(GroupedAlgorithm):
         pi = self.policy.action_log_probs(obs).exp()
         return (pi[batch.step_state[first]] ** 2).sum(-1)
 
-    def compute_loss(self, batch: GroupBatch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]) -> torch.Tensor:
-        return obj.reinforce_loss(logp, frozen["advantages"], mask=batch.mask)
+    def compute_loss(self, batch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]) -> torch.Tensor:
+        return obj.reinforce_loss(logp, frozen["advantages"])
 
 
 class DG(PG):
@@ -73,5 +110,33 @@ class DG(PG):
         self.dg_eta = float(dg_eta)
         super().__init__(policy, env, *args, **kwargs)
 
-    def compute_loss(self, batch: GroupBatch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]) -> torch.Tensor:
-        return obj.dg_loss(logp, frozen["advantages"], eta=self.dg_eta, mask=batch.mask)
+    def compute_loss(self, batch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]) -> torch.Tensor:
+        return obj.dg_loss(logp, frozen["advantages"], eta=self.dg_eta)
+
+
+class CriticFreePPO(PG):
+    """The paper's PPO on token tasks: clipped surrogate, no critic.
+
+    Advantage = reward-to-go minus its batch mean per position; ``L = ppo_clip(rho, A)``
+    with ``rho`` against the rollout snapshot; 4 epochs. (SB3's ``PPO`` with
+    :class:`~tpo_agents.policies.TransformerActorCriticPolicy` is the critic-based one.)
+
+    :param clip_range: PPO epsilon (0.2).
+    """
+
+    default_n_epochs: ClassVar[int] = 4
+
+    def __init__(self, policy, env, *args: Any, clip_range: float = 0.2, **kwargs: Any):
+        if not clip_range > 0:
+            raise ValueError(f"clip_range must be > 0; got {clip_range!r}")
+        self.clip_range = float(clip_range)
+        super().__init__(policy, env, *args, **kwargs)
+
+    def compute_loss(self, batch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]) -> torch.Tensor:
+        return obj.ppo_clip_loss(logp, frozen["old_logp"], frozen["advantages"], self.clip_range)
+
+
+def _scaled(learning_rate, factor: float):
+    if callable(learning_rate):
+        return lambda progress: learning_rate(progress) * factor
+    return learning_rate * factor
