@@ -117,6 +117,8 @@ class GroupedAlgorithm(BaseAlgorithm):
             supported_action_spaces=(spaces.Discrete,),
         )
         self._batch: GroupBatch | None = None
+        self.last_train_stats: dict[str, float] = {}
+        """Metrics of the latest ``train()`` call (loss, grad_norm, ...), also logged."""
         if _init_setup_model:
             self._setup_model()
 
@@ -267,10 +269,14 @@ class GroupedAlgorithm(BaseAlgorithm):
             losses.append(loss.item())
             grad_norms.append(float(norm))
         self._n_updates += self.n_epochs
-        self.logger.record("train/loss", float(np.mean(losses)))
-        self.logger.record("train/grad_norm", float(np.mean(grad_norms)))
-        self.logger.record("train/mean_score", float(batch.scores[batch.mask].mean()))
-        for key, value in self.diagnostics(batch, frozen).items():
+        stats = {
+            "loss": float(np.mean(losses)),
+            "grad_norm": float(np.mean(grad_norms)),
+            "mean_score": float(batch.scores[batch.mask].mean()),
+            **self.diagnostics(batch, frozen),
+        }
+        self.last_train_stats = stats
+        for key, value in stats.items():
             self.logger.record(f"train/{key}", value)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
 

@@ -129,6 +129,11 @@ class TokenGroupBatch:
     def group_size(self) -> int:
         return self.scores.shape[1]
 
+    def behaviour_returns(self) -> torch.Tensor:
+        """``[N]`` return of each followed sequence (its candidate-0 scores summed)."""
+        N, T = self.completions.shape
+        return self.scores.view(N, T, -1)[..., 0].sum(1)
+
     def log_probs(self, policy) -> torch.Tensor:
         table = policy.token_log_probs(self.prompts, self.completions)
         return _gather_candidates(table, self.candidates).reshape(self.n_groups, self.group_size)
@@ -163,6 +168,10 @@ class SequenceGroupBatch:
     @property
     def group_size(self) -> int:
         return self.scores.shape[1]
+
+    def behaviour_returns(self) -> torch.Tensor:
+        """``[G * K]`` return of every sampled completion."""
+        return self.scores.flatten()
 
     def token_log_probs(self, policy) -> torch.Tensor:
         """``[G * K, T]`` log-prob of each sampled token."""
