@@ -200,3 +200,37 @@ def test_interaction_matched_scales_batch_and_learning_rate():
     assert model.batch_size == 40 and model.n_envs == 40
     assert model.lr_schedule(1.0) == pytest.approx(2e-3)
     assert model.n_epochs == 1
+
+
+def test_shared_prompt_forward_has_the_same_gradient_as_repeated_prompts():
+    policy = make_policy()
+    prompts = torch.randint(0, 3, (2, 5))
+    completions = torch.randint(0, 3, (6, 5))
+    shared = policy.token_log_probs(prompts, completions, n_samples=3)
+    (g_shared,) = torch.autograd.grad(shared.sum(), policy.net.tok_emb.weight)
+    repeated = policy.token_log_probs(prompts.repeat_interleave(3, 0), completions)
+    (g_repeated,) = torch.autograd.grad(repeated.sum(), policy.net.tok_emb.weight)
+    assert torch.allclose(shared, repeated, atol=1e-5)
+    assert torch.allclose(g_shared, g_repeated, atol=1e-4)
+    with pytest.raises(ValueError, match="3 rows per prompt: expected 6, got 5"):
+        policy.token_log_probs(prompts, completions[:5], n_samples=3)
+
+
+def test_float32_muon_follows_torch_muon():
+    from tpo_agents.optim import Float32Muon
+
+    torch.manual_seed(0)
+    ours = [torch.nn.Parameter(torch.randn(48, 16)), torch.nn.Parameter(torch.randn(3, 16))]
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    opt_ours, opt_ref = Float32Muon(ours, lr=1e-2, weight_decay=0.1), torch.optim.Muon(ref, lr=1e-2, weight_decay=0.1)
+    start = [p.detach().clone() for p in ours]
+    for _ in range(3):
+        for a, b in zip(ours, ref):
+            g = torch.randn_like(a)
+            a.grad, b.grad = g.clone(), g.clone()
+        opt_ours.step()
+        opt_ref.step()
+    for a, b, s in zip(ours, ref, start):
+        # torch runs Newton-Schulz in bfloat16: agree to its precision, relative to the move.
+        assert (a - b).norm() < 0.02 * (b - s).norm()
+    assert set(opt_ours.state_dict()["state"][0]) == set(opt_ref.state_dict()["state"][0])

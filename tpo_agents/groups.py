@@ -175,8 +175,7 @@ class SequenceGroupBatch:
 
     def token_log_probs(self, policy) -> torch.Tensor:
         """``[G * K, T]`` log-prob of each sampled token."""
-        prompts = self.prompts.repeat_interleave(self.group_size, dim=0)
-        table = policy.token_log_probs(prompts, self.completions)
+        table = policy.token_log_probs(self.prompts, self.completions, n_samples=self.group_size)
         return _gather_candidates(table, self.completions.unsqueeze(-1)).squeeze(-1)
 
     def log_probs(self, policy) -> torch.Tensor:

@@ -2,14 +2,60 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 
 
+def newton_schulz_orthogonalize(
+    g: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float
+) -> torch.Tensor:
+    """Muon's quintic Newton-Schulz iteration (``~ U V^T`` of ``g = U S V^T``) in g's dtype."""
+    a, b, c = coefficients
+    x = g.T if g.shape[0] > g.shape[1] else g
+    x = x / x.norm().clamp_min(eps)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.T if g.shape[0] > g.shape[1] else x
+
+
+class Float32Muon(torch.optim.Muon):
+    """``torch.optim.Muon``, with the Newton-Schulz iteration run in float32 for CPU
+    parameters (torch runs it in bfloat16, whose matmuls are several times slower than
+    float32 on CPUs; on a GPU this defers to torch's own step). Same state layout."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        if any(p.is_cuda for g in self.param_groups for p in g["params"]):
+            return super().step(closure)
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params, grads, bufs = [], [], []
+            self._init_group(group, params, grads, bufs)
+            lr, momentum = group["lr"], group["momentum"]
+            for param, grad, buf in zip(params, grads, bufs):
+                buf.lerp_(grad, 1 - momentum)
+                update = grad.lerp(buf, momentum) if group["nesterov"] else buf
+                update = newton_schulz_orthogonalize(
+                    update.float(), group["ns_coefficients"], group["ns_steps"], group["eps"]
+                )
+                A, B = param.shape[:2]
+                scale = {None: math.sqrt(max(1, A / B)), "original": math.sqrt(max(1, A / B))}.get(
+                    group["adjust_lr_fn"], 0.2 * math.sqrt(max(A, B))
+                )
+                param.mul_(1 - lr * group["weight_decay"])
+                param.add_(update.to(param.dtype), alpha=-lr * scale)
+        return loss
+
+
 class MuonAdamW(torch.optim.Optimizer):
-    """One optimizer object over two: ``torch.optim.Muon`` for parameters with
+    """One optimizer object over two: Muon (:class:`Float32Muon`) for parameters with
     ``ndim == 2`` (weight matrices, embeddings and the head included, as in the paper's
     artifact) and ``torch.optim.AdamW`` for the rest (biases, LayerNorm gains).
 
@@ -40,7 +86,7 @@ class MuonAdamW(torch.optim.Optimizer):
         others = [p for p in params if p.ndim != 2]
         self.parts: list[torch.optim.Optimizer] = []
         if matrices:
-            self.parts.append(torch.optim.Muon(matrices, lr=lr, weight_decay=weight_decay, momentum=momentum))
+            self.parts.append(Float32Muon(matrices, lr=lr, weight_decay=weight_decay, momentum=momentum))
         if others:
             self.parts.append(
                 torch.optim.AdamW(others, lr=lr if adamw_lr is None else adamw_lr, betas=betas, weight_decay=weight_decay)

@@ -211,15 +211,31 @@ class TransformerPolicy(CategoricalPolicy):
         return logits[torch.arange(len(tokens), device=tokens.device), last]
 
     # -- whole sequences --------------------------------------------------------
-    def token_log_probs(self, prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
+    def token_log_probs(
+        self, prompts: torch.Tensor, completions: torch.Tensor, n_samples: int = 1
+    ) -> torch.Tensor:
         """``log pi(. | prompt, completion[:t])`` for every completion position, ``[N, T, V]``.
 
-        One teacher-forced forward pass over ``prompt + completion[:-1]``.
+        Teacher-forced, in one pass. With ``n_samples > 1``, ``completions`` holds
+        ``n_samples`` rows per prompt (rows ``b * n + k``) and each prompt is encoded once,
+        its keys/values shared by its completions (with gradient through both).
         """
         H, T = prompts.shape[1], completions.shape[1]
-        tokens = torch.cat([prompts, completions[:, :-1]], dim=1)
-        logits, _ = self.net(tokens)
-        return torch.log_softmax(logits[:, H - 1 : H - 1 + T], dim=-1)
+        if n_samples == 1:
+            logits, _ = self.net(torch.cat([prompts, completions[:, :-1]], dim=1))
+            return torch.log_softmax(logits[:, H - 1 : H - 1 + T], dim=-1)
+        if completions.shape[0] != prompts.shape[0] * n_samples:
+            raise ValueError(
+                f"completions must have {n_samples} rows per prompt: expected "
+                f"{prompts.shape[0] * n_samples}, got {completions.shape[0]}"
+            )
+        h_prompt, cache = self.net.hidden(prompts)
+        first = h_prompt[:, -1:].repeat_interleave(n_samples, dim=0)
+        if T > 1:
+            cache = [(k.repeat_interleave(n_samples, 0), v.repeat_interleave(n_samples, 0)) for k, v in cache]
+            h_rest, _ = self.net.hidden(completions[:, :-1], cache)
+            first = torch.cat([first, h_rest], dim=1)
+        return torch.log_softmax(self.net.head(first), dim=-1)
 
     @torch.no_grad()
     def start(self, prompts: torch.Tensor, n_samples: int = 1) -> tuple[torch.Tensor, KVCache]:

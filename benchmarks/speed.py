@@ -1,0 +1,197 @@
+"""Milliseconds per training iteration on Token Reversal, split into sampling and update.
+
+What is measured (paper sizes, TransformerPolicy defaults: d_model 64, 2 layers, 2 heads):
+
+* ``tpo`` / ``grpo``: sequence level, terminal reward, H = 8, V = 2, B = 100, K = 8, 4 epochs;
+* ``tpo_token`` / ``grpo_token``: token level, bag reward, H = 10, V = 2, B = 100, K = 8, 4 epochs;
+* ``dg`` (1 epoch) and ``ppo`` (critic-free, 4 epochs): one completion per prompt, terminal H = 8.
+
+Baselines, named in the output:
+
+* ``artifact_ms``: the published JAX artifact, jit-compiled, on this 2-core CPU (numbers
+  quoted in the project's issue; not re-measured here);
+* ``no_cache_sampling_ms``: our sampler *without* the key/value cache (a full forward
+  pass over the prefix for every token), measured in the same run, so the cache's gain
+  is a ratio of two numbers from the same machine state;
+* ``matmul_peak_gflops``: a large float32 matmul with the same thread setting, the
+  ceiling against which the achieved GFLOP/s of each iteration are reported.
+
+Usage: ``python benchmarks/speed.py [--threads 1 2] [--iterations 5] [--out results/speed.json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+
+import tpo_gym  # noqa: F401
+from tpo_agents import DG, GRPO, TPO, CriticFreePPO
+
+ARTIFACT_MS = {
+    "tpo": (820, 910),
+    "tpo_token": (740, 780),
+    "grpo": (810, 1020),
+    "dg": (55, 55),
+    "ppo": (115, 115),
+}
+
+SETUPS = {
+    "tpo": (TPO, "TokenReversal-terminal-v0", 8),
+    "grpo": (GRPO, "TokenReversal-terminal-v0", 8),
+    "tpo_token": (TPO, "TokenReversal-bag-v0", 10),
+    "grpo_token": (GRPO, "TokenReversal-bag-v0", 10),
+    "dg": (DG, "TokenReversal-terminal-v0", 8),
+    "ppo": (CriticFreePPO, "TokenReversal-terminal-v0", 8),
+}
+
+
+class PhaseTimer(BaseCallback):
+    """Wall time of each rollout (sampling) and of the update that follows it."""
+
+    def __init__(self, iterations: int):
+        super().__init__()
+        self.iterations = iterations
+        self.sampling: list[float] = []
+        self.update: list[float] = []
+        self._t = 0.0
+        self._end = None
+
+    def _on_rollout_start(self) -> None:
+        now = time.perf_counter()
+        if self._end is not None:
+            self.update.append(now - self._end)
+        self._t = now
+
+    def _on_rollout_end(self) -> None:
+        self._end = time.perf_counter()
+        self.sampling.append(self._end - self._t)
+
+    def _on_step(self) -> bool:
+        return len(self.update) < self.iterations
+
+
+def transformer_flops_per_token(d: int, layers: int, vocab: int, context: float) -> float:
+    """Forward FLOPs of one token: 2 * (12 d^2 per layer + d V) + attention 4 * ctx * d per layer."""
+    return 2 * (layers * 12 * d * d + d * vocab) + layers * 4 * context * d
+
+
+def iteration_flops(name: str, model) -> float:
+    """FLOPs of one iteration: sampling forwards + (1 old-logp + epochs x 3) training passes."""
+    net = model.policy.net
+    d, L, V = net.tok_emb.embedding_dim, len(net.blocks), net.head.out_features
+    H = model.env.get_attr("prompt_length", indices=[0])[0]
+    K = model.n_candidates if name in ("tpo", "grpo") else 1
+    rows = model.batch_size * K
+    sample = (model.batch_size * H + rows * H) * transformer_flops_per_token(d, L, V, 1.5 * H)
+    train_tokens = rows * (2 * H - 1)
+    passes = 1 + 3 * model.n_epochs
+    if name in ("dg", "ppo"):
+        passes += 1  # prepare() reads the old token log-probs once more
+    return sample + passes * train_tokens * transformer_flops_per_token(d, L, V, H)
+
+
+def matmul_peak_gflops(n: int = 1024, repeats: int = 10) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    t = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * n**3 * repeats / (time.perf_counter() - t) / 1e9
+
+
+def no_cache_sampling_ms(model, repeats: int = 3) -> float:
+    """Sampling the same rollout shape by re-reading the whole prefix for every token."""
+    policy = model.policy
+    H = model.env.get_attr("prompt_length", indices=[0])[0]
+    rows = model.n_envs
+    prompts = torch.randint(0, 2, (rows, H))
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        with torch.no_grad():
+            obs = torch.full((rows, 2 * H), policy.pad_id)
+            obs[:, :H] = prompts
+            for step in range(H):
+                token = policy.sample(torch.log_softmax(policy.action_logits(obs), -1)).squeeze(-1)
+                obs[:, H + step] = token
+        times.append(time.perf_counter() - t)
+    return 1e3 * float(np.median(times))
+
+
+def cached_sampling_only_ms(model, repeats: int = 3) -> float:
+    policy = model.policy
+    H = model.env.get_attr("prompt_length", indices=[0])[0]
+    K = model.n_envs // model.batch_size if model.n_envs > model.batch_size else 1
+    prompts = torch.randint(0, 2, (model.n_envs // K, H))
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        policy.generate(prompts, H, n_samples=K)
+        times.append(time.perf_counter() - t)
+    return 1e3 * float(np.median(times))
+
+
+def measure(name: str, iterations: int, threads: int) -> dict:
+    torch.set_num_threads(threads)
+    cls, env_id, H = SETUPS[name]
+    model = cls("TransformerPolicy", gym.make(env_id, length=H), seed=0)
+    timer = PhaseTimer(iterations + 1)  # the first iteration is warm-up
+    model.learn(10**9, callback=timer, log_interval=None)
+    sampling = 1e3 * np.asarray(timer.sampling[1 : iterations + 1])
+    update = 1e3 * np.asarray(timer.update[1 : iterations + 1])
+    total = sampling + update
+    flops = iteration_flops(name, model)
+    out = {
+        "iteration_ms": float(np.median(total)),
+        "sampling_ms": float(np.median(sampling)),
+        "update_ms": float(np.median(update)),
+        "gflop_per_iteration": flops / 1e9,
+        "achieved_gflops": flops / 1e9 / (np.median(total) / 1e3),
+        "policy_sampling_only_ms": cached_sampling_only_ms(model),
+        "no_cache_sampling_ms": no_cache_sampling_ms(model),
+    }
+    out["kv_cache_speedup"] = out["no_cache_sampling_ms"] / out["policy_sampling_only_ms"]
+    if name in ARTIFACT_MS:
+        lo, hi = ARTIFACT_MS[name]
+        out["artifact_ms"] = [lo, hi]
+        out["speedup_vs_artifact"] = (lo + hi) / 2 / out["iteration_ms"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--methods", nargs="+", default=list(SETUPS), choices=list(SETUPS))
+    parser.add_argument("--out", type=Path, default=Path("results/speed.json"))
+    args = parser.parse_args(argv)
+    result: dict = {"config": vars(args) | {"out": str(args.out)}, "threads": {}}
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        row = {"matmul_peak_gflops": matmul_peak_gflops(), "methods": {}}
+        for name in args.methods:
+            row["methods"][name] = m = measure(name, args.iterations, threads)
+            m["fraction_of_peak"] = m["achieved_gflops"] / row["matmul_peak_gflops"]
+            print(
+                f"threads={threads} {name:10s} {m['iteration_ms']:7.1f} ms/iter "
+                f"(sampling {m['sampling_ms']:6.1f}, update {m['update_ms']:6.1f}) "
+                f"{m['achieved_gflops']:5.2f} GFLOP/s = {100 * m['fraction_of_peak']:4.1f}% of peak; "
+                f"KV cache x{m['kv_cache_speedup']:.1f}"
+                + (f"; artifact {m['artifact_ms']} ms" if "artifact_ms" in m else ""),
+                flush=True,
+            )
+        result["threads"][str(threads)] = row
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
