@@ -111,7 +111,9 @@ def _make_callback(eval_env, grid: list[int], n_eval_episodes: int, report):
             self.returns: list[float] = []
 
         def _evaluate(self) -> None:
-            mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=n_eval_episodes, deterministic=True)
+            mean, _ = evaluate_policy(
+                self.model, eval_env, n_eval_episodes=n_eval_episodes, deterministic=True
+            )
             while len(self.returns) < len(grid) and self.num_timesteps >= grid[len(self.returns)]:
                 self.returns.append(float(mean))
                 report(grid[len(self.returns) - 1], float(mean))
@@ -159,7 +161,12 @@ def run_one(job: dict[str, Any], events=None) -> dict[str, Any]:
             f"{job['id']}: training ended at {model.num_timesteps} steps with "
             f"{len(callback.returns)}/{len(grid)} evaluations"
         )
-    return {"id": job["id"], "returns": callback.returns, "seconds": seconds, "num_timesteps": int(model.num_timesteps)}
+    return {
+        "id": job["id"],
+        "returns": callback.returns,
+        "seconds": seconds,
+        "num_timesteps": int(model.num_timesteps),
+    }
 
 
 def _init_worker() -> None:
@@ -184,7 +191,9 @@ def first_step_at_least(curve: np.ndarray, steps: list[int], threshold: float) -
     return int(steps[hit[0]]) if hit.size else None
 
 
-def summarize_method(steps: list[int], runs: list[dict], seeds: list[int], threshold: float, settings: dict) -> dict:
+def summarize_method(
+    steps: list[int], runs: list[dict], seeds: list[int], threshold: float, settings: dict
+) -> dict:
     """Per-seed curves, mean +- s.e., final return, steps to threshold, wall time."""
     returns = np.array([r["returns"] for r in runs], dtype=float)
     mean, se = returns.mean(0), standard_error(returns)
@@ -215,21 +224,28 @@ def markdown_table(result: dict) -> str:
         f"{cfg['eval_every']} env steps. PPO: Stable-Baselines3 defaults. TPO / GRPO settings: "
         f"`{json.dumps(cfg['method_settings']['tpo'])}` / `{json.dumps(cfg['method_settings']['grpo'])}`.",
         "",
-        "| env | method | env steps | final return (mean +- s.e.) | best mean return | "
+        "| env | method | env steps | return at step 0 | final return (mean +- s.e.) | best mean return | "
         "steps to threshold (seed mean) | seeds reaching threshold | wall s per run |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for env_id, env in result["envs"].items():
         for key, m in env["methods"].items():
             reached = sum(s is not None for s in m["steps_to_threshold_per_seed"])
             to_th = m["steps_to_threshold"]
             lines.append(
-                f"| {env_id} | {METHOD_LABELS.get(key, key)} | {m['steps'][-1]} | "
+                f"| {env_id} | {METHOD_LABELS.get(key, key)} | {m['steps'][-1]} | {m['mean'][0]:.1f} | "
                 f"{m['final_mean_return']:.1f} +- {m['final_se']:.1f} | {m['best_mean_return']:.1f} | "
                 f"{'-' if to_th is None else to_th} (>= {env['threshold']:g}) | {reached}/{len(m['seeds'])} | "
                 f"{np.mean(m['seconds']):.0f} |"
             )
-    lines += ["", f"Total wall time: {result['total_seconds']:.0f} s with {cfg['workers']} worker process(es)."]
+    lines += [
+        "",
+        "Returns are greedy (deterministic) evaluation returns. Steps to threshold: the first "
+        "evaluation step whose seed-mean return reaches the threshold (step 0 is the untrained "
+        "policy, whose greedy return can already be high by chance).",
+        "",
+        f"Total wall time: {result['total_seconds']:.0f} s with {cfg['workers']} worker process(es).",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -276,13 +292,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python benchmarks/classic_control.py", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS), help="environments")
-    parser.add_argument("--methods", nargs="+", default=list(METHOD_SETTINGS), choices=list(METHOD_SETTINGS))
-    parser.add_argument("--seeds", type=_positive_int, default=3, help="seeds 0..N-1 per env and method")
-    parser.add_argument("--timesteps", type=_positive_int, default=None, help="env steps per run (all envs)")
-    parser.add_argument("--eval-every", type=_positive_int, default=5000, help="env steps between evaluations")
-    parser.add_argument("--eval-episodes", type=_positive_int, default=10, help="episodes per evaluation")
-    parser.add_argument("--workers", type=int, default=2, help="parallel processes (0: run in this process)")
+    parser.add_argument(
+        "--envs", nargs="+", default=list(ENVS), choices=list(ENVS), help="environments"
+    )
+    parser.add_argument(
+        "--methods", nargs="+", default=list(METHOD_SETTINGS), choices=list(METHOD_SETTINGS)
+    )
+    parser.add_argument(
+        "--seeds", type=_positive_int, default=3, help="seeds 0..N-1 per env and method"
+    )
+    parser.add_argument(
+        "--timesteps", type=_positive_int, default=None, help="env steps per run (all envs)"
+    )
+    parser.add_argument(
+        "--eval-every", type=_positive_int, default=5000, help="env steps between evaluations"
+    )
+    parser.add_argument(
+        "--eval-episodes", type=_positive_int, default=10, help="episodes per evaluation"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=2, help="parallel processes (0: run in this process)"
+    )
     parser.add_argument("--out", type=Path, default=Path("results"), help="output folder")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     return parser
@@ -327,8 +357,14 @@ def _run_jobs(jobs: list[dict], workers: int, quiet: bool) -> dict[str, dict]:
 
     by_id = {j["id"]: j for j in jobs}
     done_steps = dict.fromkeys(by_id, 0)
-    bar = tqdm(total=sum(j["timesteps"] for j in jobs), unit="step", unit_scale=True, disable=quiet,
-               desc=f"{len(jobs)} runs", file=sys.stdout)
+    bar = tqdm(
+        total=sum(j["timesteps"] for j in jobs),
+        unit="step",
+        unit_scale=True,
+        disable=quiet,
+        desc=f"{len(jobs)} runs",
+        file=sys.stdout,
+    )
 
     def on_event(job_id: str, step: int, mean_return: float) -> None:
         bar.update(step - done_steps[job_id])
@@ -340,7 +376,8 @@ def _run_jobs(jobs: list[dict], workers: int, quiet: bool) -> dict[str, dict]:
         if not quiet:
             tqdm.write(
                 f"done {res['id']}: final greedy return {res['returns'][-1]:.1f} after {job['timesteps']} steps "
-                f"({res['seconds']:.0f} s)", file=sys.stdout,
+                f"({res['seconds']:.0f} s)",
+                file=sys.stdout,
             )
 
     results: dict[str, dict] = {}
@@ -363,7 +400,10 @@ def _run_jobs(jobs: list[dict], workers: int, quiet: bool) -> dict[str, dict]:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("MKL_NUM_THREADS", "1")
     ctx = mp.get_context("spawn")
-    with ctx.Manager() as manager, ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker) as pool:
+    with (
+        ctx.Manager() as manager,
+        ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker) as pool,
+    ):
         events = manager.Queue()
         pending = {pool.submit(run_one, job, events) for job in jobs}
         try:
@@ -436,8 +476,14 @@ def main(argv: list[str] | None = None) -> dict:
         methods = {}
         for method in args.methods:
             method_runs = [runs[f"{env_id}/{method}/seed{s}"] for s in seeds]
-            methods[method] = summarize_method(steps, method_runs, seeds, threshold, METHOD_SETTINGS[method])
-        result["envs"][env_id] = {"threshold": threshold, "timesteps": steps[-1], "methods": methods}
+            methods[method] = summarize_method(
+                steps, method_runs, seeds, threshold, METHOD_SETTINGS[method]
+            )
+        result["envs"][env_id] = {
+            "threshold": threshold,
+            "timesteps": steps[-1],
+            "methods": methods,
+        }
     paths = write_outputs(result, args.out)
     if not args.quiet:
         print(paths["md"].read_text())

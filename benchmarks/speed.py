@@ -83,14 +83,16 @@ def transformer_flops_per_token(d: int, layers: int, vocab: int, context: float)
 
 
 def iteration_flops(name: str, model) -> float:
-    """FLOPs of one iteration: sampling forwards + (1 old-logp + epochs x 3) training passes."""
+    """FLOPs of one iteration: sampling forwards + (1 old-logp + epochs x 3) training passes
+    (a backward pass costs about two forwards)."""
     net = model.policy.net
     d, L, V = net.tok_emb.embedding_dim, len(net.blocks), net.head.out_features
     H = model.env.get_attr("prompt_length", indices=[0])[0]
     K = model.n_candidates if name in ("tpo", "grpo") else 1
     rows = model.batch_size * K
     sample = (model.batch_size * H + rows * H) * transformer_flops_per_token(d, L, V, 1.5 * H)
-    train_tokens = rows * (2 * H - 1)
+    # Sequence groups encode each prompt once for its K completions (see token_log_probs).
+    train_tokens = model.batch_size * H + rows * (H - 1) if K > 1 else rows * (2 * H - 1)
     passes = 1 + 3 * model.n_epochs
     if name in ("dg", "ppo"):
         passes += 1  # prepare() reads the old token log-probs once more

@@ -22,8 +22,21 @@ def classic_control(monkeypatch):
 
 def test_tiny_cartpole_run_writes_json_png_and_table(classic_control, tmp_path):
     out = tmp_path / "out"
-    argv = ["--envs", "CartPole-v1", "--seeds", "1", "--timesteps", "2000", "--eval-every", "1000",
-            "--eval-episodes", "2", "--out", str(out), "--quiet"]
+    argv = [
+        "--envs",
+        "CartPole-v1",
+        "--seeds",
+        "1",
+        "--timesteps",
+        "2000",
+        "--eval-every",
+        "1000",
+        "--eval-episodes",
+        "2",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     result = classic_control.main(argv)
 
     data = json.loads((out / "classic_control.json").read_text())
@@ -38,9 +51,21 @@ def test_tiny_cartpole_run_writes_json_png_and_table(classic_control, tmp_path):
     env = data["envs"]["CartPole-v1"]
     assert env["threshold"] == 475
     assert set(env["methods"]) == set(METHODS)
-    keys = {"settings", "seeds", "steps", "returns", "mean", "se", "final_mean_return", "final_se",
-            "best_mean_return", "steps_to_threshold", "steps_to_threshold_per_seed", "seconds",
-            "trained_timesteps"}
+    keys = {
+        "settings",
+        "seeds",
+        "steps",
+        "returns",
+        "mean",
+        "se",
+        "final_mean_return",
+        "final_se",
+        "best_mean_return",
+        "steps_to_threshold",
+        "steps_to_threshold_per_seed",
+        "seconds",
+        "trained_timesteps",
+    }
     for name, m in env["methods"].items():
         assert keys <= set(m), name
         assert m["steps"] == [0, 1000, 2000], name  # the same axis for every method

@@ -177,6 +177,16 @@ def make_agent(method: str, cfg: MnistConfig, seed: int):
     )
 
 
+def group_modes(cfg: MnistConfig) -> dict[str, str]:
+    """The group mode each RL agent resolves to on this env (``"auto"``), for the record."""
+    modes = {}
+    for method in AGENTS:
+        model = make_agent(method, cfg, seed=0)
+        modes[method] = model.resolve_group_mode()
+        model.env.close()
+    return modes
+
+
 def run_agent(method: str, cfg: MnistConfig, seed: int) -> np.ndarray:
     """Test-error curve (at ``cfg.eval_steps``) of one RL agent."""
     images, labels = dataset_split(cfg, "test")
@@ -226,6 +236,24 @@ def _init_worker() -> None:
     torch.set_num_threads(1)
 
 
+# Imported once by the fork server, not per worker: this module (torch, SB3, the agents),
+# torch's lazily imported dynamo (the first optimizer built imports it, ~3 s) and
+# scikit-learn's datasets (the digits).
+_PRELOAD = (__name__, "torch._dynamo", "sklearn.datasets")
+
+
+def _pool_context() -> multiprocessing.context.BaseContext:
+    """``forkserver`` with the heavy imports preloaded, else ``spawn``.
+
+    (Never plain ``fork``: the parent may hold torch threads.)
+    """
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(list(_PRELOAD))
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
 def run_study(
     cfg: MnistConfig,
     seeds: Sequence[int],
@@ -235,9 +263,9 @@ def run_study(
 ) -> dict[str, dict]:
     """All (method, seed) runs: per method ``{"error": [n_seeds, n_evals], "seconds": total}``.
 
-    ``workers > 1`` runs them in that many spawned processes; ``workers == 1`` runs them
-    here. Either way torch uses one thread per run, so the curves do not depend on
-    ``workers``.
+    ``workers > 1`` runs them in that many worker processes (forkserver, else spawn);
+    ``workers == 1`` runs them here. Either way torch uses one thread per run, so the
+    curves do not depend on ``workers``.
     """
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -263,7 +291,7 @@ def run_study(
             finally:
                 torch.set_num_threads(threads)
         else:
-            ctx = multiprocessing.get_context("spawn")
+            ctx = _pool_context()
             with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker) as pool:
                 futures = [pool.submit(run_one, m, s, cfg) for m, s in tasks]
                 try:

@@ -78,6 +78,7 @@ def run_mnist(args: argparse.Namespace) -> dict:
         "input_dim": int(train_x.shape[1]),
         "n_train": len(train_x),
         "n_test": len(test_x),
+        "group_modes": mnist_study.group_modes(cfg),
     }
     result = {"experiment": f"mnist-{cfg.dataset}", "config": config, "methods": {}}
     for method, run in runs.items():

@@ -51,8 +51,14 @@ def summarize(
     steps: Sequence[int],
     misalignment: np.ndarray | None = None,
     thresholds: Sequence[float] = (0.01,),
+    final_window: int | None = None,
 ) -> dict:
-    """Summary of per-seed curves ``error[seed, i]`` recorded at ``steps[i]``."""
+    """Summary of per-seed curves ``error[seed, i]`` recorded at ``steps[i]``.
+
+    ``final_error`` is the seed-mean of the last recorded error, or, with
+    ``final_window=w``, of each seed's mean over its last ``w`` records (all of them
+    when fewer); ``final_error_se`` is the standard error of the same per-seed values.
+    """
     error = np.asarray(error, dtype=float)
     if error.ndim != 2 or error.shape[1] != len(steps):
         raise ValueError(
@@ -60,10 +66,17 @@ def summarize(
         )
     mean = error.mean(0)
     se = standard_error(error)
+    if final_window is None:
+        final, final_se = mean[-1], se[-1]
+    else:
+        if final_window < 1:
+            raise ValueError(f"final_window must be a positive integer or None; got {final_window!r}")
+        per_seed = error[:, -final_window:].mean(1)
+        final, final_se = per_seed.mean(), standard_error(per_seed)
     out = {
         "n_seeds": int(error.shape[0]),
-        "final_error": float(mean[-1]),
-        "final_error_se": float(se[-1]),
+        "final_error": float(final),
+        "final_error_se": float(final_se),
     }
     for th in thresholds:
         out[f"steps_to_{_pct_name(th)}"] = first_step_below(mean, steps, th)
