@@ -33,6 +33,8 @@ def test_tiny_cartpole_run_writes_json_png_and_table(classic_control, tmp_path):
         "1000",
         "--eval-episodes",
         "2",
+        "--workers",
+        "0",
         "--out",
         str(out),
         "--quiet",
@@ -95,3 +97,30 @@ def test_eval_grid_and_threshold(classic_control):
     steps = [0, 10, 20, 30]
     assert classic_control.first_step_at_least([-500, -150, -90, -80], steps, -100) == 20
     assert classic_control.first_step_at_least([9, 100, 200, 300], steps, 475) is None
+
+
+def test_worker_processes_reproduce_the_in_process_run(classic_control):
+    """Seeds run in spawned worker processes give the same curves as in this process."""
+    args = classic_control.build_parser().parse_args(
+        [
+            "--envs",
+            "CartPole-v1",
+            "--methods",
+            "tpo",
+            "--seeds",
+            "1",
+            "--timesteps",
+            "1000",
+            "--eval-every",
+            "500",
+            "--eval-episodes",
+            "2",
+        ]
+    )
+    jobs = classic_control._jobs(args)
+    inline = classic_control._run_jobs(jobs, workers=0, quiet=True)
+    pooled = classic_control._run_jobs(jobs, workers=1, quiet=True)
+    job_id = "CartPole-v1/tpo/seed0"
+    assert list(pooled) == [job_id]
+    assert pooled[job_id]["returns"] == inline[job_id]["returns"]
+    assert len(inline[job_id]["returns"]) == 3

@@ -9,12 +9,23 @@ Usage::
 
 The MNIST study writes ``OUT/mnist-<dataset>.{json,png,md}``.
 
+Token Reversal (Tables 1, 2, 3, 5 and the sparse-reward diagnostics; :mod:`zoo.token_study`)::
+
+    python -m zoo.reproduce {token-vocab,token-variations,terminal,eta-sweep,k-sweep,
+        epoch-sweep,zero-variance-mask,ablations} [--seeds 10] [--episodes E] [--workers 2]
+        [--match {prompts,interactions}] [--lengths 7 8 9 10] [--vocabs 2 4 8 16]
+        [--length H] [--methods tpo grpo ...] [--out results]
+
+Per-seed runs are cached in ``OUT/cache/<name>/`` (a rerun resumes); ``--match
+interactions`` writes ``OUT/<name>-interactions.*``.
+
 Each run writes ``OUT/<name>.json``, ``OUT/<name>.png`` and ``OUT/<name>.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -24,7 +35,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from zoo import mnist_study, tabular
+from zoo import mnist_study, tabular, token_study
 from zoo.results import summarize, write_outputs
 
 
@@ -37,6 +48,7 @@ class Experiment:
     default_steps: int
     log_x: bool = False
     default_seeds: int = 100
+    write: Callable[..., dict] | None = None  # output writer (default: zoo.results.write_outputs)
 
 
 def _run_tabular(name: str, runner, methods, config: dict, args: argparse.Namespace) -> dict:
@@ -117,6 +129,16 @@ EXPERIMENTS: dict[str, Experiment] = {
 }
 
 
+for _name, _spec in token_study.TOKEN_EXPERIMENTS.items():
+    EXPERIMENTS[_name] = Experiment(
+        functools.partial(token_study.run_experiment, _name),
+        paper=_spec.notes,
+        default_steps=_spec.default_episodes,
+        default_seeds=_spec.default_seeds,
+        write=token_study.write_outputs,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m zoo.reproduce", description=__doc__.split("\n")[0])
     parser.add_argument("experiment", choices=sorted(EXPERIMENTS), help="which experiment to run")
@@ -140,6 +162,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="parallel processes, one torch thread each (results do not depend on it)",
     )
     mnist.add_argument("--data-dir", type=Path, default=None, help="folder searched first for the dataset files")
+    token = parser.add_argument_group("token reversal (token-vocab, token-variations, terminal, sweeps)")
+    token.add_argument(
+        "--episodes", dest="steps", type=_positive_int, default=None,
+        help="training iterations per run (same as --steps; default: the paper's)",
+    )
+    token.add_argument(
+        "--match", choices=("prompts", "interactions"), default="prompts",
+        help="interactions: single-sample methods (dg, pg, ppo) get batch B*K and lr x sqrt(K)",
+    )
+    token.add_argument("--lengths", type=_positive_int, nargs="+", default=None, help="terminal: the H values")
+    token.add_argument("--vocabs", type=_positive_int, nargs="+", default=None, help="token-vocab: the V values")
+    token.add_argument("--length", type=_positive_int, default=None, help="H for the single-H experiments")
+    token.add_argument(
+        "--methods", nargs="+", default=None, choices=sorted(token_study.METHODS),
+        help="run only these methods (default: the experiment's)",
+    )
     return parser
 
 
@@ -161,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.seeds is None:
         args.seeds = exp.default_seeds
     result = exp.run(args)
-    paths = write_outputs(result, args.out, paper_notes=exp.paper, log_x=exp.log_x)
+    paths = (exp.write or write_outputs)(result, args.out, paper_notes=exp.paper, log_x=exp.log_x)
     if not args.quiet:
         print(paths["md"].read_text())
         print("wrote " + ", ".join(str(p) for p in paths.values()))
