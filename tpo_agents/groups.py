@@ -101,8 +101,25 @@ def _gather_candidates(table: torch.Tensor, candidates: torch.Tensor) -> torch.T
     return table.gather(-1, candidates)
 
 
+class _TensorGroups:
+    """Shared shape and device handling of the all-tensor token batches (dataclasses)."""
+
+    scores: torch.Tensor
+
+    @property
+    def n_groups(self) -> int:
+        return self.scores.shape[0]
+
+    @property
+    def group_size(self) -> int:
+        return self.scores.shape[1]
+
+    def to(self, device: torch.device):
+        return type(self)(**{k: getattr(self, k).to(device) for k in self.__dataclass_fields__})
+
+
 @dataclass
-class TokenGroupBatch:
+class TokenGroupBatch(_TensorGroups):
     """Token-level groups: at each position t of N behaviour sequences, K candidate tokens.
 
     The behaviour sequence (candidate 0 at every position) is teacher-forced in one
@@ -121,14 +138,6 @@ class TokenGroupBatch:
     mask: torch.Tensor
     old_logp: torch.Tensor
 
-    @property
-    def n_groups(self) -> int:
-        return self.scores.shape[0]
-
-    @property
-    def group_size(self) -> int:
-        return self.scores.shape[1]
-
     def behaviour_returns(self) -> torch.Tensor:
         """``[N]`` return of each followed sequence (its candidate-0 scores summed)."""
         N, T = self.completions.shape
@@ -138,12 +147,9 @@ class TokenGroupBatch:
         table = policy.token_log_probs(self.prompts, self.completions)
         return _gather_candidates(table, self.candidates).reshape(self.n_groups, self.group_size)
 
-    def to(self, device: torch.device) -> TokenGroupBatch:
-        return TokenGroupBatch(**{k: getattr(self, k).to(device) for k in self.__dataclass_fields__})
-
 
 @dataclass
-class SequenceGroupBatch:
+class SequenceGroupBatch(_TensorGroups):
     """Sequence-level groups: K sampled completions of each of G prompts.
 
     A candidate's log-prob is the sum of its token log-probs, all from one forward pass.
@@ -161,14 +167,6 @@ class SequenceGroupBatch:
     old_logp: torch.Tensor
     step_rewards: torch.Tensor
 
-    @property
-    def n_groups(self) -> int:
-        return self.scores.shape[0]
-
-    @property
-    def group_size(self) -> int:
-        return self.scores.shape[1]
-
     def behaviour_returns(self) -> torch.Tensor:
         """``[G * K]`` return of every sampled completion."""
         return self.scores.flatten()
@@ -180,6 +178,3 @@ class SequenceGroupBatch:
 
     def log_probs(self, policy) -> torch.Tensor:
         return self.token_log_probs(policy).sum(-1).view(self.n_groups, self.group_size)
-
-    def to(self, device: torch.device) -> SequenceGroupBatch:
-        return SequenceGroupBatch(**{k: getattr(self, k).to(device) for k in self.__dataclass_fields__})
