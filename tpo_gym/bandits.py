@@ -21,6 +21,16 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from tpo_gym.candidates import check_candidate_actions
+from tpo_gym.validation import (
+    check_action_batch,
+    check_index_option,
+    check_int,
+    check_render_mode,
+    check_reset_options,
+    check_scalar_action,
+    check_vector_seed,
+    show,
+)
 
 __all__ = [
     "BanditResetNeeded",
@@ -38,55 +48,7 @@ class BanditResetNeeded(gym.error.ResetNeeded, ValueError):
     """
 
 
-# --------------------------------------------------------------------------- validation
-
-
-def _show(value: Any) -> str:
-    """``repr`` of a value, numpy scalars shown as plain Python numbers (``10``, not ``np.int64(10)``)."""
-    return repr(value.item() if isinstance(value, np.generic) else value)
-
-
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {_show(value)}")
-    if value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {_show(value)}")
-    return int(value)
-
-
-def _check_render_mode(render_mode: str | None, render_modes: list[str]) -> str | None:
-    if render_mode is not None and render_mode not in render_modes:
-        raise ValueError(f"render_mode must be None or one of {render_modes}, got {render_mode!r}")
-    return render_mode
-
-
-def _check_scalar_action(action: Any, n_actions: int, what: str = "action") -> int:
-    """An int / numpy integer / 0-d integer array in ``[0, n_actions)`` -> ``int``."""
-    valid = f"valid actions are integers in [0, {n_actions - 1}]"
-    if isinstance(action, np.ndarray) and action.shape == () and action.dtype != object:
-        action = action[()]
-    if isinstance(action, (bool, np.bool_)) or not isinstance(action, (int, np.integer)):
-        raise ValueError(f"invalid {what} {_show(action)} of type {type(action).__name__}; {valid}")
-    if not 0 <= action < n_actions:
-        raise ValueError(f"invalid {what} {_show(action)} (out of range); {valid}")
-    return int(action)
-
-
-def _check_action_batch(actions: Any, n_actions: int, num_envs: int) -> np.ndarray:
-    """An integer array of shape ``(num_envs,)`` in ``[0, n_actions)`` -> int64 array."""
-    valid = f"valid actions are integers in [0, {n_actions - 1}]"
-    arr = np.asarray(actions)
-    if arr.shape != (num_envs,):
-        raise ValueError(
-            f"actions must have shape ({num_envs},) (one action per sub-env), got shape {arr.shape}"
-        )
-    if arr.dtype == object or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"actions must have an integer dtype, got dtype {arr.dtype}; {valid}")
-    bad = (arr < 0) | (arr >= n_actions)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"invalid action {_show(arr[i])} for sub-env {i} (out of range); {valid}")
-    return arr.astype(np.int64)
+# --------------------------------------------------------------------------- tasks
 
 
 def _draw_correct_actions(
@@ -94,7 +56,7 @@ def _draw_correct_actions(
 ) -> np.ndarray:
     """The fixed task: one correct action per context (read-only int64 array)."""
     if correct_actions is None:
-        seed = _check_int("task_seed", task_seed, 0)
+        seed = check_int("task_seed", task_seed, 0)
         table = np.random.default_rng(seed).integers(0, n_actions, size=n_contexts)
     else:
         table = np.asarray(correct_actions)
@@ -109,7 +71,7 @@ def _draw_correct_actions(
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise ValueError(
-                f"correct_actions[{i}] = {_show(table[i])} is out of range; "
+                f"correct_actions[{i}] = {show(table[i])} is out of range; "
                 f"valid actions are integers in [0, {n_actions - 1}]"
             )
     table = np.array(table, dtype=np.int64)
@@ -117,47 +79,25 @@ def _draw_correct_actions(
     return table
 
 
-def _check_context(context: Any, n_contexts: int) -> int:
-    valid = f"valid contexts are integers in [0, {n_contexts - 1}]"
-    if isinstance(context, np.ndarray) and context.shape == () and context.dtype != object:
-        context = context[()]
-    if isinstance(context, (bool, np.bool_)) or not isinstance(context, (int, np.integer)):
-        raise ValueError(
-            f"invalid context {_show(context)} of type {type(context).__name__}; {valid}"
-        )
-    if not 0 <= context < n_contexts:
-        raise ValueError(f"invalid context {_show(context)} (out of range); {valid}")
-    return int(context)
+def _symmetric_task(
+    n_actions: Any, correct_action: Any, task_seed: Any
+) -> tuple[int, int, np.ndarray]:
+    """``(n_contexts=1, n_actions, correct table [1])`` of a SymmetricBandit (single or vector)."""
+    n_actions = check_int("n_actions", n_actions, 2)
+    table = _draw_correct_actions(
+        None if correct_action is None else [correct_action], 1, n_actions, task_seed
+    )
+    return 1, n_actions, table
 
 
-def _check_context_batch(contexts: Any, n_contexts: int, num_envs: int) -> np.ndarray:
-    valid = f"valid contexts are integers in [0, {n_contexts - 1}]"
-    arr = np.asarray(contexts)
-    if arr.shape == ():
-        arr = np.full(num_envs, arr[()]) if arr.dtype != object else arr
-    if arr.shape != (num_envs,):
-        raise ValueError(
-            f"options['context'] must be an integer or an array of shape ({num_envs},), "
-            f"got shape {arr.shape}"
-        )
-    if arr.dtype == object or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"options['context'] must be integers, got dtype {arr.dtype}; {valid}")
-    bad = (arr < 0) | (arr >= n_contexts)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"invalid context {_show(arr[i])} for sub-env {i} (out of range); {valid}")
-    return arr.astype(np.int64)
-
-
-def _check_options(options: dict[str, Any] | None) -> dict[str, Any]:
-    if options is None:
-        return {}
-    if not isinstance(options, dict):
-        raise ValueError(f"options must be a dict or None, got {options!r}")
-    unknown = set(options) - {"context"}
-    if unknown:
-        raise ValueError(f"unknown reset option(s) {sorted(unknown)}; supported: ['context']")
-    return options
+def _multi_context_task(
+    n_contexts: Any, n_actions: Any, correct_actions: Any, task_seed: Any
+) -> tuple[int, int, np.ndarray]:
+    """``(n_contexts, n_actions, correct table [n_contexts])`` of a MultiContextBandit."""
+    n_contexts = check_int("n_contexts", n_contexts, 1)
+    n_actions = check_int("n_actions", n_actions, 2)
+    table = _draw_correct_actions(correct_actions, n_contexts, n_actions, task_seed)
+    return n_contexts, n_actions, table
 
 
 # --------------------------------------------------------------------------- single envs
@@ -175,7 +115,7 @@ class _BanditEnv(gym.Env[np.int64, np.int64]):
         self.n_contexts = n_contexts
         self.n_actions = n_actions
         self._correct_actions = correct_table
-        self.render_mode = _check_render_mode(render_mode, self.metadata["render_modes"])
+        self.render_mode = check_render_mode(render_mode, self.metadata["render_modes"])
         self.observation_space = spaces.Discrete(n_contexts)
         self.action_space = spaces.Discrete(n_actions)
         self._context: int | None = None  # None until the first reset
@@ -212,9 +152,9 @@ class _BanditEnv(gym.Env[np.int64, np.int64]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.int64, dict[str, Any]]:
         super().reset(seed=seed)
-        options = _check_options(options)
+        options = check_reset_options(options, ["context"])
         if options.get("context") is not None:
-            self._context = _check_context(options["context"], self.n_contexts)
+            self._context = check_scalar_action(options["context"], self.n_contexts, "context")
         else:
             self._context = self._draw_context()
         self._done = False
@@ -223,7 +163,7 @@ class _BanditEnv(gym.Env[np.int64, np.int64]):
 
     def step(self, action: Any) -> tuple[np.int64, float, bool, bool, dict[str, Any]]:
         self._require_live("step()")
-        a = _check_scalar_action(action, self.n_actions)
+        a = check_scalar_action(action, self.n_actions)
         correct = a == int(self._correct_actions[self._context])
         reward = 1.0 if correct else 0.0
         self._done = True
@@ -321,11 +261,7 @@ class SymmetricBanditEnv(_BanditEnv):
         task_seed: int = 0,
         render_mode: str | None = None,
     ) -> None:
-        n_actions = _check_int("n_actions", n_actions, 2)
-        table = _draw_correct_actions(
-            None if correct_action is None else [correct_action], 1, n_actions, task_seed
-        )
-        super().__init__(1, n_actions, table, render_mode)
+        super().__init__(*_symmetric_task(n_actions, correct_action, task_seed), render_mode)
 
     @property
     def correct_action(self) -> int:
@@ -395,10 +331,8 @@ class MultiContextBanditEnv(_BanditEnv):
         task_seed: int = 0,
         render_mode: str | None = None,
     ) -> None:
-        n_contexts = _check_int("n_contexts", n_contexts, 1)
-        n_actions = _check_int("n_actions", n_actions, 2)
-        table = _draw_correct_actions(correct_actions, n_contexts, n_actions, task_seed)
-        super().__init__(n_contexts, n_actions, table, render_mode)
+        task = _multi_context_task(n_contexts, n_actions, correct_actions, task_seed)
+        super().__init__(*task, render_mode)
 
     @property
     def correct_action(self) -> int:
@@ -438,11 +372,11 @@ class _BanditVectorEnv(gym.vector.VectorEnv):
         correct_table: np.ndarray,
         render_mode: str | None,
     ) -> None:
-        self.num_envs = _check_int("num_envs", num_envs, 1)
+        self.num_envs = check_int("num_envs", num_envs, 1)
         self.n_contexts = n_contexts
         self.n_actions = n_actions
         self._correct_actions = correct_table
-        self.render_mode = _check_render_mode(render_mode, self.metadata["render_modes"])
+        self.render_mode = check_render_mode(render_mode, self.metadata["render_modes"])
         self.single_observation_space = spaces.Discrete(n_contexts)
         self.single_action_space = spaces.Discrete(n_actions)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -476,19 +410,9 @@ class _BanditVectorEnv(gym.vector.VectorEnv):
         raise NotImplementedError
 
     def _seed(self, seed: int | list[int | None] | None) -> None:
-        if seed is None:
-            if self._rngs is None:
-                self._rngs = [seeding.np_random(None)[0] for _ in range(self.num_envs)]
-            return
-        if isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_)):
-            super().reset(seed=int(seed))
-            seeds: list[int | None] = [int(seed) + i for i in range(self.num_envs)]
-        else:
-            seeds = list(seed)
-            if len(seeds) != self.num_envs:
-                raise ValueError(
-                    f"seed must be an int, None or a list of {self.num_envs} seeds, got {seed!r}"
-                )
+        seeds, root = check_vector_seed(seed, self.num_envs)
+        if root is not None:
+            super().reset(seed=root)
         old = self._rngs
         self._rngs = [
             seeding.np_random(s)[0] if s is not None or old is None else old[i]
@@ -509,10 +433,10 @@ class _BanditVectorEnv(gym.vector.VectorEnv):
         array ``[num_envs]``; no random draw happens then.
         """
         self._seed(seed)
-        options = _check_options(options)
+        options = check_reset_options(options, ["context"])
         if options.get("context") is not None:
-            self._contexts = _check_context_batch(
-                options["context"], self.n_contexts, self.num_envs
+            self._contexts = check_index_option(
+                options["context"], self.n_contexts, self.num_envs, "context", "context"
             )
         else:
             self._contexts = self._draw_contexts()
@@ -531,7 +455,7 @@ class _BanditVectorEnv(gym.vector.VectorEnv):
         exactly as :class:`gymnasium.vector.SyncVectorEnv` with ``AutoresetMode.SAME_STEP``.
         """
         self._require_reset("step()")
-        acts = _check_action_batch(actions, self.n_actions, self.num_envs)
+        acts = check_action_batch(actions, self.n_actions, self.num_envs)
         played = self._contexts
         correct = acts == self._correct_actions[played]
         rewards = correct.astype(np.float64)
@@ -627,11 +551,8 @@ class SymmetricBanditVectorEnv(_BanditVectorEnv):
         task_seed: int = 0,
         render_mode: str | None = None,
     ) -> None:
-        n_actions = _check_int("n_actions", n_actions, 2)
-        table = _draw_correct_actions(
-            None if correct_action is None else [correct_action], 1, n_actions, task_seed
-        )
-        super().__init__(num_envs, 1, n_actions, table, render_mode)
+        task = _symmetric_task(n_actions, correct_action, task_seed)
+        super().__init__(num_envs, *task, render_mode)
 
     @property
     def correct_action(self) -> int:
@@ -703,10 +624,8 @@ class MultiContextBanditVectorEnv(_BanditVectorEnv):
         task_seed: int = 0,
         render_mode: str | None = None,
     ) -> None:
-        n_contexts = _check_int("n_contexts", n_contexts, 1)
-        n_actions = _check_int("n_actions", n_actions, 2)
-        table = _draw_correct_actions(correct_actions, n_contexts, n_actions, task_seed)
-        super().__init__(num_envs, n_contexts, n_actions, table, render_mode)
+        task = _multi_context_task(n_contexts, n_actions, correct_actions, task_seed)
+        super().__init__(num_envs, *task, render_mode)
 
     def _draw_contexts(self) -> np.ndarray:
         n = self.n_contexts

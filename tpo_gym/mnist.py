@@ -8,12 +8,21 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from tpo_gym.candidates import check_candidate_actions
 from tpo_gym.datasets import NUM_CLASSES, load_image_classification
+from tpo_gym.rng import CounterStreams
+from tpo_gym.validation import (
+    check_action_batch,
+    check_index_option,
+    check_int,
+    check_render_mode,
+    check_reset_options,
+    check_scalar_action,
+    check_vector_seed,
+)
 
 __all__ = ["MNISTBanditEnv", "MNISTBanditVectorEnv", "MNISTResetNeeded"]
 
@@ -26,92 +35,20 @@ class MNISTResetNeeded(gym.error.ResetNeeded, ValueError):
     """
 
 
-# ---------------------------------------------------------------------------------------------
-# Image draws: a counter-based generator (splitmix64 of key + counter * golden gamma).
-# Each (sub-)environment holds a 64-bit key, drawn from its ``np_random`` when seeded, and a
-# draw counter. Draw t is a pure function of (key, t), so a vector env draws all its
-# sub-environments' next images in one vectorised numpy expression and still reproduces,
-# draw for draw, the single environments seeded with seed + i.
-# ---------------------------------------------------------------------------------------------
-
-_GAMMA = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-_U64_MAX = np.iinfo(np.uint64).max
+def _load_split(env: Any, dataset: str, split: str, data_dir: Any) -> spaces.Box:
+    """Load the split onto ``env`` (``dataset``, ``split``, ``data_dir``, ``num_images``,
+    ``image_dim`` and the images and labels); returns the observation space of one image."""
+    env.dataset = dataset
+    env.split = split
+    env.data_dir = data_dir
+    env._images, env._labels = load_image_classification(dataset, split, data_dir)
+    env.num_images, env.image_dim = env._images.shape
+    return spaces.Box(0.0, 1.0, (env.image_dim,), np.float32)
 
 
-def _draw_indices(keys: np.ndarray, counters: np.ndarray, n: int) -> np.ndarray:
-    """Image index of draw ``counters`` for ``keys`` (uint64 arrays), uniform in [0, n)."""
-    with np.errstate(over="ignore"):
-        z = keys + (counters + np.uint64(1)) * _GAMMA
-        z = (z ^ (z >> np.uint64(30))) * _MIX1
-        z = (z ^ (z >> np.uint64(27))) * _MIX2
-        z = z ^ (z >> np.uint64(31))
-    return (z % np.uint64(n)).astype(np.int64)
-
-
-def _key_from(rng: np.random.Generator, size: int | None = None) -> np.ndarray:
-    return rng.integers(0, _U64_MAX, size=size, dtype=np.uint64, endpoint=True)
-
-
-def _check_action(action: Any) -> int:
-    """An int / numpy integer / 0-d integer array in [0, NUM_CLASSES) -> int."""
-    valid = f"valid actions are integers in [0, {NUM_CLASSES - 1}]"
-    if isinstance(action, np.ndarray) and action.shape == () and action.dtype != object:
-        action = action[()]
-    if isinstance(action, bool | np.bool_) or not isinstance(action, int | np.integer):
-        raise ValueError(f"invalid action {action!r} of type {type(action).__name__}; {valid}")
-    if not 0 <= action < NUM_CLASSES:
-        raise ValueError(f"invalid action {action!r} (out of range); {valid}")
-    return int(action)
-
-
-def _check_action_batch(actions: Any, num_envs: int) -> np.ndarray:
-    """An integer array ``[num_envs]`` in [0, NUM_CLASSES) -> int64 array."""
-    valid = f"valid actions are integers in [0, {NUM_CLASSES - 1}]"
-    arr = np.asarray(actions)
-    if arr.shape != (num_envs,):
-        raise ValueError(
-            f"actions must have shape ({num_envs},) (one action per sub-env), got shape {arr.shape}"
-        )
-    if arr.dtype == object or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"actions must have an integer dtype, got dtype {arr.dtype}; {valid}")
-    bad = (arr < 0) | (arr >= NUM_CLASSES)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"invalid action {arr[i]!r} for sub-env {i} (out of range); {valid}")
-    return arr.astype(np.int64)
-
-
-def _check_options(options: dict[str, Any] | None) -> dict[str, Any]:
-    if options is None:
-        return {}
-    if not isinstance(options, dict):
-        raise ValueError(f"options must be a dict or None, got {options!r}")
-    unknown = set(options) - {"index"}
-    if unknown:
-        raise ValueError(f"unknown reset option(s) {sorted(unknown)}; supported: ['index']")
-    return options
-
-
-def _check_index_batch(index: Any, num_images: int, num_envs: int) -> np.ndarray:
+def _check_index(index: Any, num_images: int, num_envs: int) -> np.ndarray:
     """``options["index"]``: an int (every sub-env) or an int array ``[num_envs]``."""
-    valid = f"valid image indices are integers in [0, {num_images - 1}]"
-    arr = np.asarray(index)
-    if arr.dtype == object or arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"options['index'] must be integers, got {index!r}; {valid}")
-    if arr.shape == ():
-        arr = np.full(num_envs, arr[()])
-    if arr.shape != (num_envs,):
-        raise ValueError(
-            f"options['index'] must be an integer or an array of shape ({num_envs},), "
-            f"got shape {arr.shape}"
-        )
-    bad = (arr < 0) | (arr >= num_images)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"invalid image index {arr[i]!r} for sub-env {i} (out of range); {valid}")
-    return arr.astype(np.int64)
+    return check_index_option(index, num_images, num_envs, "index", "image index", "image indices")
 
 
 def _image_side(d: int) -> int:
@@ -185,22 +122,10 @@ class MNISTBanditEnv(gym.Env):
         data_dir: str | os.PathLike | None = None,
         render_mode: str | None = None,
     ) -> None:
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(
-                f"render_mode must be None or one of {self.metadata['render_modes']}, "
-                f"got {render_mode!r}"
-            )
-        self.dataset = dataset
-        self.split = split
-        self.data_dir = data_dir
-        self.render_mode = render_mode
-        self._images, self._labels = load_image_classification(dataset, split, data_dir)
-        self.num_images, self.image_dim = self._images.shape
-        self.observation_space = spaces.Box(0.0, 1.0, (self.image_dim,), np.float32)
+        self.render_mode = check_render_mode(render_mode, self.metadata["render_modes"])
+        self.observation_space = _load_split(self, dataset, split, data_dir)
         self.action_space = spaces.Discrete(NUM_CLASSES)
-        self._key: np.ndarray | None = None  # shape (1,) uint64
-        self._key_rng: np.random.Generator | None = None
-        self._counter = np.zeros(1, dtype=np.uint64)
+        self._streams = CounterStreams(1)  # image draws (tpo_gym.rng)
         self._index: int | None = None
         self._done = False
 
@@ -231,23 +156,18 @@ class MNISTBanditEnv(gym.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
-        rng = self.np_random
-        if self._key is None or seed is not None or self._key_rng is not rng:
-            self._key = _key_from(rng, size=1)
-            self._key_rng = rng
-            self._counter[:] = 0
-        options = _check_options(options)
+        self._streams.seed_single(self.np_random, seeded=seed is not None)
+        options = check_reset_options(options, ["index"])
         if options.get("index") is not None:
-            self._index = int(_check_index_batch(options["index"], self.num_images, 1)[0])
+            self._index = int(_check_index(options["index"], self.num_images, 1)[0])
         else:
-            self._index = int(_draw_indices(self._key, self._counter, self.num_images)[0])
-            self._counter += np.uint64(1)
+            self._index = int(self._streams.draw(self.num_images)[0, 0])
         self._done = False
         return self._images[self._index].copy(), {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         self._require_live("step()")
-        correct = bool(_check_action(action) == self._labels[self._index])
+        correct = bool(check_scalar_action(action, NUM_CLASSES) == self._labels[self._index])
         self._done = True
         return self._images[self._index].copy(), float(correct), True, False, {"correct": correct}
 
@@ -315,32 +235,15 @@ class MNISTBanditVectorEnv(VectorEnv):
         render_mode: str | None = None,
         max_episode_steps: int | None = None,
     ) -> None:
-        if (
-            isinstance(num_envs, bool | np.bool_)
-            or not isinstance(num_envs, int | np.integer)
-            or num_envs < 1
-        ):
-            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        self.num_envs = check_int("num_envs", num_envs, 1)
         if max_episode_steps is not None and max_episode_steps < 1:
             raise ValueError(f"max_episode_steps must be None or >= 1, got {max_episode_steps!r}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(
-                f"render_mode must be None or one of {self.metadata['render_modes']}, "
-                f"got {render_mode!r}"
-            )
-        self.num_envs = int(num_envs)
-        self.dataset = dataset
-        self.split = split
-        self.data_dir = data_dir
-        self.render_mode = render_mode
-        self._images, self._labels = load_image_classification(dataset, split, data_dir)
-        self.num_images, self.image_dim = self._images.shape
-        self.single_observation_space = spaces.Box(0.0, 1.0, (self.image_dim,), np.float32)
+        self.render_mode = check_render_mode(render_mode, self.metadata["render_modes"])
+        self.single_observation_space = _load_split(self, dataset, split, data_dir)
         self.single_action_space = spaces.Discrete(NUM_CLASSES)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self._keys: np.ndarray | None = None
-        self._counters = np.zeros(self.num_envs, dtype=np.uint64)
+        self._streams = CounterStreams(self.num_envs)  # image draws (tpo_gym.rng)
         self._indices: np.ndarray | None = None
 
     # ------------------------------------------------------------------ data access
@@ -355,23 +258,10 @@ class MNISTBanditVectorEnv(VectorEnv):
 
     def _seed(self, seed: int | list[int | None] | None) -> None:
         """Sub-env ``i`` gets the key a single env seeded with ``seeds[i]`` would draw."""
-        n = self.num_envs
-        if seed is None:
-            seeds: list[int | None] = [None] * n
-        elif isinstance(seed, int | np.integer) and not isinstance(seed, bool | np.bool_):
-            super().reset(seed=int(seed))
-            seeds = [int(seed) + i for i in range(n)]
-        else:
-            seeds = list(seed)
-            if len(seeds) != n:
-                raise ValueError(f"seed must be an int, None or a list of {n} seeds, got {seed!r}")
-        if self._keys is None:  # first reset: fresh keys for the sub-envs given no seed
-            self._keys = _key_from(self.np_random, size=n)
-            self._counters[:] = 0
-        for i, s in enumerate(seeds):
-            if s is not None:
-                self._keys[i] = _key_from(seeding.np_random(int(s))[0])
-                self._counters[i] = 0
+        seeds, root = check_vector_seed(seed, self.num_envs)
+        if root is not None:
+            super().reset(seed=root)
+        self._streams.seed_each(seeds, self.np_random)
 
     # ------------------------------------------------------------------ Gymnasium API
     def reset(
@@ -381,12 +271,11 @@ class MNISTBanditVectorEnv(VectorEnv):
         options: dict[str, Any] | None = None,
     ) -> tuple[np.ndarray, dict[str, Any]]:
         self._seed(seed)
-        options = _check_options(options)
+        options = check_reset_options(options, ["index"])
         if options.get("index") is not None:
-            self._indices = _check_index_batch(options["index"], self.num_images, self.num_envs)
+            self._indices = _check_index(options["index"], self.num_images, self.num_envs)
         else:
-            self._indices = _draw_indices(self._keys, self._counters, self.num_images)
-            self._counters += np.uint64(1)
+            self._indices = self._streams.draw(self.num_images)[:, 0]
         return self._images[self._indices], {}
 
     def step(
@@ -394,14 +283,13 @@ class MNISTBanditVectorEnv(VectorEnv):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         if self._indices is None:
             raise MNISTResetNeeded("call reset() before step()")
-        a = _check_action_batch(actions, self.num_envs)
+        a = check_action_batch(actions, NUM_CLASSES, self.num_envs)
         n = self.num_envs
         correct = a == self._labels[self._indices]
         rewards = correct.astype(np.float64)
         final = self._images[self._indices]
         # Same-step autoreset: draw every sub-environment's next image at once.
-        self._indices = _draw_indices(self._keys, self._counters, self.num_images)
-        self._counters += np.uint64(1)
+        self._indices = self._streams.draw(self.num_images)[:, 0]
         obs = self._images[self._indices]
         final_obs = np.empty(n, dtype=object)
         for i in range(n):

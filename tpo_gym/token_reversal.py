@@ -34,18 +34,20 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from tpo_gym.bandits import (
-    _check_action_batch,
-    _check_int,
-    _check_render_mode,
-    _check_scalar_action,
-    _show,
-)
 from tpo_gym.candidates import GROUP_MODE_KEY, check_candidate_actions
+from tpo_gym.rng import CounterStreams
+from tpo_gym.validation import (
+    check_action_batch,
+    check_int,
+    check_render_mode,
+    check_reset_options,
+    check_scalar_action,
+    check_vector_seed,
+    show,
+)
 
 __all__ = [
     "REWARDS",
@@ -89,7 +91,7 @@ class NoPerStateScoreError(NotImplementedError, ValueError):
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {_show(value)}")
+        raise ValueError(f"{name} must be one of {list(choices)}, got {show(value)}")
     return value
 
 
@@ -113,20 +115,9 @@ def _check_tokens(
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         raise ValueError(
-            f"{what} has token {_show(arr[idx])} at index {idx} (out of range); {valid}"
+            f"{what} has token {show(arr[idx])} at index {idx} (out of range); {valid}"
         )
     return arr.astype(np.int64)
-
-
-def _check_options(options: dict[str, Any] | None) -> dict[str, Any]:
-    if options is None:
-        return {}
-    if not isinstance(options, dict):
-        raise ValueError(f"options must be a dict or None, got {options!r}")
-    unknown = set(options) - {"context"}
-    if unknown:
-        raise ValueError(f"unknown reset option(s) {sorted(unknown)}; supported: ['context']")
-    return options
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -176,7 +167,7 @@ def target_sequence(prompts: Any, target: str = "reverse_copy", vocab_size: int 
         ValueError: unknown ``target``, ``vocab_size < 2``, non-integer or out-of-range tokens.
     """
     target = _check_choice("target", target, TARGETS)
-    vocab_size = _check_int("vocab_size", vocab_size, 2)
+    vocab_size = check_int("vocab_size", vocab_size, 2)
     x = _check_tokens(prompts, vocab_size, "prompts")
     return _targets(x, target, vocab_size)
 
@@ -213,7 +204,7 @@ def sequence_rewards(
     """
     target = _check_choice("target", target, TARGETS)
     reward = _check_choice("reward", reward, REWARDS)
-    vocab_size = _check_int("vocab_size", vocab_size, 2)
+    vocab_size = check_int("vocab_size", vocab_size, 2)
     x = _check_tokens(prompts, vocab_size, "prompts")
     a = _check_tokens(tokens, vocab_size, "tokens")
     if x.shape[-1] < 1:
@@ -237,36 +228,6 @@ def group_mode_for_reward(reward: str) -> str:
     """The ``metadata["tpo_group_mode"]`` of a reward kind: ``per_state`` or ``sequence``."""
     reward = _check_choice("reward", reward, REWARDS)
     return "sequence" if reward == "terminal" else "per_state"
-
-
-# --------------------------------------------------------------------------- prompt draws
-# Counter-based draws (SplitMix64 of key + counter * golden gamma), as in tpo_gym.mnist.
-# Each (sub-)environment holds a 64-bit key, taken from its ``np_random`` when seeded, and an
-# episode counter; token p of episode c is a pure function of (key, c * H + p). So the vector
-# env draws every sub-environment's next prompt in one numpy expression and still reproduces,
-# prompt for prompt, the single environments seeded with seed + i.
-
-_GAMMA = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-_U64_MAX = np.iinfo(np.uint64).max
-
-
-def _key_from(rng: np.random.Generator, size: int) -> np.ndarray:
-    return rng.integers(0, _U64_MAX, size=size, dtype=np.uint64, endpoint=True)
-
-
-def _draw_prompts(
-    keys: np.ndarray, counters: np.ndarray, length: int, vocab_size: int
-) -> np.ndarray:
-    """Prompts ``int64 [m, length]`` of episode ``counters [m]`` for ``keys [m]`` (uint64)."""
-    pos = np.arange(length, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        z = keys[:, None] + (counters[:, None] * np.uint64(length) + pos + np.uint64(1)) * _GAMMA
-        z = (z ^ (z >> np.uint64(30))) * _MIX1
-        z = (z ^ (z >> np.uint64(27))) * _MIX2
-        z = z ^ (z >> np.uint64(31))
-    return (z % np.uint64(vocab_size)).astype(np.int64)
 
 
 def _render_line(prompt: np.ndarray, tokens: np.ndarray, t: int, length: int) -> str:
@@ -359,19 +320,17 @@ class TokenReversalEnv(gym.Env[np.ndarray, np.int64]):
         reward: str = "bag",
         render_mode: str | None = None,
     ) -> None:
-        self.prompt_length = _check_int("length", length, 1)
-        self.vocab_size = _check_int("vocab_size", vocab_size, 2)
+        self.prompt_length = check_int("length", length, 1)
+        self.vocab_size = check_int("vocab_size", vocab_size, 2)
         self.target = _check_choice("target", target, TARGETS)
         self.reward = _check_choice("reward", reward, REWARDS)
-        self.render_mode = _check_render_mode(render_mode, self.metadata["render_modes"])
+        self.render_mode = check_render_mode(render_mode, self.metadata["render_modes"])
         self.metadata = {**type(self).metadata, GROUP_MODE_KEY: group_mode_for_reward(reward)}
         self.pad_id = self.vocab_size
         h = self.prompt_length
         self.observation_space = spaces.MultiDiscrete([self.vocab_size + 1] * (2 * h))
         self.action_space = spaces.Discrete(self.vocab_size)
-        self._key: np.ndarray | None = None  # shape (1,) uint64
-        self._key_rng: np.random.Generator | None = None
-        self._counter = np.zeros(1, dtype=np.uint64)
+        self._streams = CounterStreams(1)  # prompt draws (tpo_gym.rng)
         self._prompt: np.ndarray | None = None  # None until the first reset
         self._target = np.zeros(h, dtype=np.int64)
         self._tokens = np.zeros(h, dtype=np.int64)
@@ -412,22 +371,14 @@ class TokenReversalEnv(gym.Env[np.ndarray, np.int64]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        options = _check_options(options)  # validate before any state changes
+        options = check_reset_options(options, ["context"])  # validate before any state changes
         h, v = self.prompt_length, self.vocab_size
         context = options.get("context")
         if context is not None:
             context = _check_tokens(context, v, "options['context']", (h,))
         super().reset(seed=seed)
-        rng = self.np_random
-        if self._key is None or seed is not None or self._key_rng is not rng:
-            self._key = _key_from(rng, size=1)
-            self._key_rng = rng
-            self._counter[:] = 0
-        if context is not None:
-            prompt = context
-        else:
-            prompt = _draw_prompts(self._key, self._counter, h, v)[0]
-            self._counter += np.uint64(1)
+        self._streams.seed_single(self.np_random, seeded=seed is not None)
+        prompt = self._streams.draw(v, h)[0] if context is None else context
         self._prompt = prompt
         self._target = _targets(prompt, self.target, v)
         self._tokens[:] = 0
@@ -438,7 +389,7 @@ class TokenReversalEnv(gym.Env[np.ndarray, np.int64]):
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         self._require_live("step()")
-        a = _check_scalar_action(action, self.vocab_size)
+        a = check_scalar_action(action, self.vocab_size)
         h, t = self.prompt_length, self._t
         self._tokens[t] = a
         self._obs[h + t] = a
@@ -506,7 +457,7 @@ class TokenReversalVectorEnv(gym.vector.VectorEnv):
     ``K`` rollouts per prompt for sequence-level groups.
 
     Seeding: ``reset(seed=s)`` seeds sub-env ``i`` with ``s + i`` (or ``seed=[s_0, ...]``).
-    Prompts are counter-based draws from a per-sub-env key (see the module source), so with
+    Prompts are counter-based draws from a per-sub-env key (see :mod:`tpo_gym.rng`), so with
     ``group_size=1`` sub-env ``i`` reproduces a single :class:`TokenReversalEnv` reset with
     ``seed=s+i`` and reset again after every episode, prompt for prompt (and the whole vector
     env equals ``SyncVectorEnv`` with ``AutoresetMode.SAME_STEP``). With ``group_size=K``,
@@ -574,19 +525,19 @@ class TokenReversalVectorEnv(gym.vector.VectorEnv):
         group_size: int = 1,
         render_mode: str | None = None,
     ) -> None:
-        self.num_envs = _check_int("num_envs", num_envs, 1)
-        self.prompt_length = _check_int("length", length, 1)
-        self.vocab_size = _check_int("vocab_size", vocab_size, 2)
+        self.num_envs = check_int("num_envs", num_envs, 1)
+        self.prompt_length = check_int("length", length, 1)
+        self.vocab_size = check_int("vocab_size", vocab_size, 2)
         self.target = _check_choice("target", target, TARGETS)
         self.reward = _check_choice("reward", reward, REWARDS)
-        self.group_size = _check_int("group_size", group_size, 1)
+        self.group_size = check_int("group_size", group_size, 1)
         if self.num_envs % self.group_size:
             raise ValueError(
                 f"num_envs must be a multiple of group_size (each block of group_size sub-envs "
                 f"shares one prompt), got num_envs={self.num_envs}, group_size={self.group_size}"
             )
         self.num_groups = self.num_envs // self.group_size
-        self.render_mode = _check_render_mode(render_mode, self.metadata["render_modes"])
+        self.render_mode = check_render_mode(render_mode, self.metadata["render_modes"])
         self.metadata = {**type(self).metadata, GROUP_MODE_KEY: group_mode_for_reward(reward)}
         self.pad_id = self.vocab_size
         n, h = self.num_envs, self.prompt_length
@@ -594,8 +545,7 @@ class TokenReversalVectorEnv(gym.vector.VectorEnv):
         self.single_action_space = spaces.Discrete(self.vocab_size)
         self.observation_space = batch_space(self.single_observation_space, n)
         self.action_space = batch_space(self.single_action_space, n)
-        self._keys: np.ndarray | None = None  # uint64 [n]
-        self._counters = np.zeros(n, dtype=np.uint64)
+        self._streams = CounterStreams(n)  # prompt draws (tpo_gym.rng)
         self._prompts: np.ndarray | None = None  # int64 [n, H]; None until the first reset
         self._targets = np.zeros((n, h), dtype=np.int64)
         self._tokens = np.zeros((n, h), dtype=np.int64)
@@ -625,34 +575,22 @@ class TokenReversalVectorEnv(gym.vector.VectorEnv):
             raise TokenReversalResetNeeded(f"call reset() before {what}")
 
     # -- seeding and prompts --
+    @property
+    def _keys(self) -> np.ndarray | None:
+        """The per-sub-env uint64 stream keys (``None`` before the first reset)."""
+        return self._streams.keys
+
     def _seed(self, seed: int | list[int | None] | None) -> None:
         """Sub-env ``i`` gets the key a single env seeded with ``seeds[i]`` would take."""
-        n = self.num_envs
-        if seed is None:
-            seeds: list[int | None] = [None] * n
-        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_)):
-            super().reset(seed=int(seed))
-            seeds = [int(seed) + i for i in range(n)]
-        else:
-            seeds = list(seed) if isinstance(seed, (list, tuple, np.ndarray)) else []
-            if len(seeds) != n:
-                raise ValueError(f"seed must be an int, None or a list of {n} seeds, got {seed!r}")
-        if self._keys is None:  # first reset: fresh keys for the sub-envs given no seed
-            self._keys = _key_from(self.np_random, size=n)
-            self._counters[:] = 0
-        for i, s in enumerate(seeds):
-            if s is not None:
-                self._keys[i] = _key_from(seeding.np_random(int(s))[0], size=1)[0]
-                self._counters[i] = 0
+        seeds, root = check_vector_seed(seed, self.num_envs)
+        if root is not None:
+            super().reset(seed=root)
+        self._streams.seed_each(seeds, self.np_random)
 
     def _draw(self) -> np.ndarray:
         """Next prompts ``[n, H]``: one draw per block (from its first sub-env's stream)."""
         k = self.group_size
-        lead = slice(None, None, k)
-        prompts = _draw_prompts(
-            self._keys[lead], self._counters[lead], self.prompt_length, self.vocab_size
-        )
-        self._counters += np.uint64(1)
+        prompts = self._streams.draw(self.vocab_size, self.prompt_length, every=k)
         return np.repeat(prompts, k, axis=0) if k > 1 else prompts
 
     def _check_context(self, context: Any) -> np.ndarray:
@@ -703,7 +641,7 @@ class TokenReversalVectorEnv(gym.vector.VectorEnv):
         ``options={"context": prompts}`` replays prompts (shape ``[num_envs, H]``,
         ``[num_envs // group_size, H]`` or ``[H]``); no draw is consumed then.
         """
-        options = _check_options(options)  # validate before any state changes
+        options = check_reset_options(options, ["context"])  # validate before any state changes
         context = options.get("context")
         if context is not None:
             context = self._check_context(context)
@@ -717,7 +655,7 @@ class TokenReversalVectorEnv(gym.vector.VectorEnv):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Write one token in every sub-env; at step ``H`` every episode ends and restarts."""
         self._require_reset("step()")
-        acts = _check_action_batch(actions, self.vocab_size, self.num_envs)
+        acts = check_action_batch(actions, self.vocab_size, self.num_envs)
         n, h, t = self.num_envs, self.prompt_length, self._t
         self._tokens[:, t] = acts
         self._obs[:, h + t] = acts
