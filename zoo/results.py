@@ -104,6 +104,7 @@ def write_json_atomic(path: Path, data: dict) -> None:
             json.dump(data, f, indent=2)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
