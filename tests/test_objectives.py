@@ -285,3 +285,18 @@ def test_wrong_shapes_raise():
         obj.grpo_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(1, 2), beta=-1.0)
     with pytest.raises(ValueError, match="clip_range"):
         obj.ppo_clip_loss(torch.zeros(2), torch.zeros(2), torch.zeros(2), clip_range=0)
+
+
+def test_grpo_per_token_form_shares_each_candidates_advantage_with_its_tokens():
+    torch.manual_seed(1)
+    scores = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    old = -torch.rand(2, 3, 4)
+    new = old + 0.3 * torch.randn(2, 3, 4)
+    adv = obj.grpo_advantages(scores).unsqueeze(-1).expand(2, 3, 4)
+    expect = obj.ppo_clip_loss(new, old, adv, 0.2) + 0.04 * obj.grpo_kl(new, old).mean()
+    assert obj.grpo_loss(new, old, scores).item() == pytest.approx(expect.item())
+    keep = torch.tensor([[True] * 3, [False] * 3]).unsqueeze(-1).expand(2, 3, 4)
+    masked = obj.ppo_clip_loss(new, old, adv, 0.2, mask=keep) + 0.04 * obj.grpo_kl(new, old)[0].mean()
+    assert obj.grpo_loss(new, old, scores, mask_zero_variance=True).item() == pytest.approx(masked.item())
+    with pytest.raises(ValueError, match=r"must have shape \(2, 3\) or \(2, 3\) \+ \(T,\)"):
+        obj.grpo_loss(new[:, :2], old[:, :2], scores)

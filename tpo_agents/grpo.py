@@ -8,7 +8,7 @@ import torch
 
 from tpo_agents import objectives as obj
 from tpo_agents.base import GroupedAlgorithm
-from tpo_agents.groups import GroupBatch
+from tpo_agents.groups import GroupBatch, SequenceGroupBatch
 
 
 class GRPO(GroupedAlgorithm):
@@ -24,6 +24,9 @@ class GRPO(GroupedAlgorithm):
     :param clip_range: PPO epsilon (0.2).
     :param beta: KL coefficient (0.04); 0 gives GRPO (no KL).
     :param mask_zero_variance: drop groups whose scores are all equal.
+    :param ratio_level: for sequence candidates of token policies, ``"token"`` (standard
+        GRPO: per-token ratios and KL, each token carrying its sequence's advantage) or
+        ``"sequence"`` (one ratio of whole-sequence probabilities per candidate).
     """
 
     def __init__(
@@ -34,8 +37,12 @@ class GRPO(GroupedAlgorithm):
         clip_range: float = 0.2,
         beta: float = 0.04,
         mask_zero_variance: bool = False,
+        ratio_level: str = "token",
         **kwargs: Any,
     ):
+        if ratio_level not in ("token", "sequence"):
+            raise ValueError(f"ratio_level must be 'token' or 'sequence'; got {ratio_level!r}")
+        self.ratio_level = ratio_level
         if not clip_range > 0:
             raise ValueError(f"clip_range must be > 0; got {clip_range!r}")
         if not beta >= 0:
@@ -57,11 +64,24 @@ class GRPO(GroupedAlgorithm):
         """Single-sample batches ([G, 1]) form one group of G across the batch."""
         return x.T if batch.group_size == 1 else x
 
+    def _per_token(self, batch) -> bool:
+        return self.ratio_level == "token" and isinstance(batch, SequenceGroupBatch) and batch.group_size > 1
+
+    def prepare(self, batch) -> dict[str, torch.Tensor]:
+        if self._per_token(batch):
+            return {"old_logp": batch.token_log_probs(self.policy).view(batch.n_groups, batch.group_size, -1)}
+        return {"old_logp": batch.old_logp}
+
+    def current_log_probs(self, batch) -> torch.Tensor:
+        if self._per_token(batch):
+            return batch.token_log_probs(self.policy).view(batch.n_groups, batch.group_size, -1)
+        return batch.log_probs(self.policy)
+
     def compute_loss(self, batch: GroupBatch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]) -> torch.Tensor:
         g = self._as_groups
         return obj.grpo_loss(
             g(batch, logp),
-            g(batch, batch.old_logp),
+            g(batch, frozen["old_logp"]),
             g(batch, batch.scores),
             clip_range=self.clip_range,
             beta=self.beta,

@@ -361,12 +361,22 @@ def grpo_loss(
     gives GRPO (no KL). With ``mask_zero_variance`` the candidates of zero-variance
     groups are dropped from both terms (their advantage is 0 anyway, so only the KL
     term and the normalisation change).
+
+    ``logp`` / ``old_logp`` are ``[G, K]`` (one ratio per candidate) or ``[G, K, T]``:
+    per-token log-probs of sequence candidates, the standard GRPO form, where every
+    token of candidate i shares its advantage A_i and the surrogate and KL terms
+    average over all tokens.
     """
     b = _as_float("beta", beta)
     if not (math.isfinite(b) and b >= 0):
         raise ValueError(f"beta must be a finite number >= 0; got {beta!r}")
     _check_group("scores", scores)
-    _check_same_shape("scores", scores, logp=logp, old_logp=old_logp, mask=mask)
+    _check_same_shape("scores", scores, mask=mask)
+    if logp.shape[:2] != scores.shape or logp.dim() not in (2, 3) or old_logp.shape != logp.shape:
+        raise ValueError(
+            f"logp and old_logp must have shape {tuple(scores.shape)} or {tuple(scores.shape)} + (T,); "
+            f"got {tuple(logp.shape)} and {tuple(old_logp.shape)}"
+        )
     mask, w = _validity(scores, mask, weights)
     adv = grpo_advantages(scores, mask=mask, weights=weights)
     if mask_zero_variance:
@@ -376,6 +386,8 @@ def grpo_loss(
         if w.sum() <= 0:
             # Every group is zero-variance: nothing to learn, but keep the graph.
             return (logp * 0.0).sum()
+    if logp.dim() == 3:  # share each candidate's advantage, mask and weight with its tokens
+        adv, mask, w = (x.unsqueeze(-1).expand_as(logp) for x in (adv, mask, w))
     loss = ppo_clip_loss(logp, old_logp, adv, clip_range, mask=mask, weights=w)
     if beta > 0:
         loss = loss + beta * _weighted_mean(grpo_kl(logp, old_logp), w)
