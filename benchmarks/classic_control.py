@@ -84,6 +84,7 @@ METHOD_SETTINGS: dict[str, dict[str, Any]] = {
 }
 METHOD_LABELS = {"tpo": "TPO", "grpo": "GRPO", "ppo": "PPO (SB3 defaults)"}
 EVAL_SEED_OFFSET = 10_000
+LAST_EVALS = 5  # evaluation points averaged in "last_evals_mean_return"
 
 
 # ----------------------------------------------------------------------------- one run
@@ -209,6 +210,9 @@ def summarize_method(
     """Per-seed curves, mean +- s.e., final return, steps to threshold, wall time."""
     returns = np.array([r["returns"] for r in runs], dtype=float)
     mean, se = returns.mean(0), standard_error(returns)
+    # One evaluation (10 episodes) is noisy: also average each seed's last LAST_EVALS points.
+    n_last = min(LAST_EVALS, len(steps))
+    last = returns[:, -n_last:].mean(1, keepdims=True)
     return {
         "settings": settings,
         "seeds": seeds,
@@ -218,6 +222,9 @@ def summarize_method(
         "se": se.tolist(),
         "final_mean_return": float(mean[-1]),
         "final_se": float(se[-1]),
+        "last_evals": n_last,
+        "last_evals_mean_return": float(last.mean()),
+        "last_evals_se": float(standard_error(last)[0]),
         "best_mean_return": float(mean.max()),
         "steps_to_threshold": first_step_at_least(mean, steps, threshold),
         "steps_to_threshold_per_seed": [first_step_at_least(r, steps, threshold) for r in returns],
@@ -241,9 +248,10 @@ def markdown_table(result: dict) -> str:
             if v
         ],
         "",
-        "| env | method | env steps | return at step 0 | final return (mean +- s.e.) | best mean return | "
+        "| env | method | env steps | return at step 0 | final return (mean +- s.e.) | "
+        f"mean of last {LAST_EVALS} evals (+- s.e.) | best mean return | "
         "steps to threshold (seed mean) | seeds reaching threshold | wall s per run |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for env_id, env in result["envs"].items():
         for key, m in env["methods"].items():
@@ -251,7 +259,9 @@ def markdown_table(result: dict) -> str:
             to_th = m["steps_to_threshold"]
             lines.append(
                 f"| {env_id} | {METHOD_LABELS.get(key, key)} | {m['steps'][-1]} | {m['mean'][0]:.1f} | "
-                f"{m['final_mean_return']:.1f} +- {m['final_se']:.1f} | {m['best_mean_return']:.1f} | "
+                f"{m['final_mean_return']:.1f} +- {m['final_se']:.1f} | "
+                f"{m['last_evals_mean_return']:.1f} +- {m['last_evals_se']:.1f} | "
+                f"{m['best_mean_return']:.1f} | "
                 f"{'-' if to_th is None else to_th} (>= {env['threshold']:g}) | {reached}/{len(m['seeds'])} | "
                 f"{np.mean(m['seconds']):.0f} |"
             )

@@ -19,7 +19,9 @@ Three grouped collectors and the single-sample one fill a :class:`GroupBatch`:
 
 Timesteps: every env step of every sub-env counts once (``num_timesteps`` as in SB3).
 A ``per_state`` step scores K candidates but counts as one step; a ``sequence`` group of
-K rollouts counts the steps of all K episodes.
+K rollouts counts the steps of all K episodes. When episodes differ in length, sub-envs
+whose rollouts are done keep stepping (a vector env steps all of its sub-envs) until the
+batch's last episode ends: those steps are counted too, though they feed no group.
 """
 
 from __future__ import annotations
@@ -215,7 +217,7 @@ class SingleCollector(Collector):
             actions = algo.policy.sample(self.policy_log_probs(obs), 1)
             actions = actions.squeeze(-1).numpy()
             new_obs, rewards, dones, infos = algo.env.step(actions)
-            if not algo._after_env_step(callback, new_obs, rewards, dones, infos, int((slot >= 0).sum())):
+            if not algo._after_env_step(callback, new_obs, rewards, dones, infos, n):
                 return None
             rec.record(obs, actions, slot, rewards)
             for i in np.flatnonzero(dones):
@@ -252,7 +254,7 @@ class SequenceCollector(Collector):
             actions = algo.policy.sample(self.policy_log_probs(obs), 1)
             actions = actions.squeeze(-1).numpy()
             new_obs, rewards, dones, infos = algo.env.step(actions)
-            if not algo._after_env_step(callback, new_obs, rewards, dones, infos, int((slot >= 0).sum())):
+            if not algo._after_env_step(callback, new_obs, rewards, dones, infos, n):
                 return None
             rec.record(obs, actions, slot, rewards)
             obs = np.array(new_obs, copy=True)
