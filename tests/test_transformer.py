@@ -171,8 +171,9 @@ def test_token_level_groups_refuse_terminal_reward():
         model.learn(10)
 
 
-def test_single_sample_token_advantages_are_per_position_reward_to_go():
-    model = PG("TransformerPolicy", gym.make("TokenReversal-sequential-v0", length=3), batch_size=16, seed=0)
+def test_single_sample_token_advantages_are_per_position():
+    # Terminal reward: no per-state score, so every token is credited with its reward-to-go.
+    model = PG("TransformerPolicy", gym.make("TokenReversal-terminal-v0", length=3), batch_size=16, seed=0)
     model.learn(16 * 3)
     batch = model._batch
     frozen = model.prepare(batch)
@@ -180,6 +181,13 @@ def test_single_sample_token_advantages_are_per_position_reward_to_go():
     rtg = torch.stack([rewards[:, t:].sum(1) for t in range(3)], 1)
     assert torch.allclose(frozen["advantages"], rtg - rtg.mean(0, keepdim=True))
     assert torch.allclose(frozen["old_logp"], batch.token_log_probs(model.policy))
+    # Dense rewards: each token's own reward, in per-token units (c_t, not c_t / H).
+    model = DG("TransformerPolicy", gym.make("TokenReversal-sequential-v0", length=3), batch_size=16, seed=0)
+    model.learn(16 * 3)
+    credit = model._batch.step_rewards * 3
+    assert torch.allclose(model.prepare(model._batch)["advantages"], credit - credit.mean(0, keepdim=True))
+    with pytest.raises(ValueError, match="token_credit must be one of"):
+        DG("TransformerPolicy", gym.make("TokenReversal-bag-v0", length=3), token_credit="future")
 
 
 def test_critic_free_ppo_learns_bag_reversal():

@@ -1,10 +1,12 @@
 """Single-sample comparators: PG (REINFORCE), DG (Delightful PG) and critic-free PPO.
 
 One sampled rollout per context. On token envs (one completion per prompt) the update is
-per token, with the advantage of token t = its reward-to-go minus the batch mean of the
-reward-to-go at position t (the paper's critic-free baseline; for terminal reward every
-token sees the sequence reward). Elsewhere the advantage is the episode return minus a
-baseline, applied to the log-prob of the whole rollout.
+per token, with the advantage of token t = its credit minus the batch mean of the credit
+at position t (the paper's critic-free baseline). The credit (``token_credit``) is the
+token's own reward where the env scores every state (bag and sequential rewards; the
+paper's "reward minus the batch mean per position"), and the reward-to-go otherwise
+(terminal reward: every token sees the sequence reward). Elsewhere the advantage is the
+episode return minus a baseline, applied to the log-prob of the whole rollout.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from tpo_agents.base import GroupedAlgorithm
 from tpo_agents.groups import GroupBatch, SequenceGroupBatch
 
 BASELINES = ("batch_mean", "pi_squared", "none")
+TOKEN_CREDITS = ("auto", "reward", "reward_to_go")
 
 
 def _per_token(batch) -> bool:
@@ -33,6 +36,9 @@ class PG(GroupedAlgorithm):
     :param baseline: ``"batch_mean"`` (mean return of the batch; per position on token
         envs), ``"pi_squared"`` (``sum_a pi(a | x)^2`` at the first state, the paper's
         MNIST baseline; one-step episodes) or ``"none"``.
+    :param token_credit: on token envs, ``"reward"`` (each token's own reward),
+        ``"reward_to_go"``, or ``"auto"``: ``"reward"`` when the env scores every state
+        (its ``tpo_group_mode`` hint is ``per_state``), else ``"reward_to_go"``.
     :param interaction_matched: the paper's interaction-matched comparison: the batch
         becomes ``batch_size * n_candidates`` contexts and the learning rate is scaled
         by ``sqrt(n_candidates)``, so this single-sample method consumes as many rollouts
@@ -48,10 +54,14 @@ class PG(GroupedAlgorithm):
         *args: Any,
         baseline: str = "batch_mean",
         interaction_matched: bool = False,
+        token_credit: str = "auto",
         **kwargs: Any,
     ):
         if baseline not in BASELINES:
             raise ValueError(f"baseline must be one of {BASELINES}; got {baseline!r}")
+        if token_credit not in TOKEN_CREDITS:
+            raise ValueError(f"token_credit must be one of {TOKEN_CREDITS}; got {token_credit!r}")
+        self.token_credit = token_credit
         self.baseline = baseline
         self.interaction_matched = bool(interaction_matched)
         if self.interaction_matched:
@@ -66,11 +76,18 @@ class PG(GroupedAlgorithm):
 
     def prepare(self, batch) -> dict[str, torch.Tensor]:
         if _per_token(batch):
-            returns = batch.step_rewards.flip(-1).cumsum(-1).flip(-1)  # reward-to-go [N, T]
-            b = returns.mean(0, keepdim=True) if self.baseline == "batch_mean" else torch.zeros(())
             if self.baseline == "pi_squared":
                 raise ValueError("baseline='pi_squared' needs one-step episodes; use 'batch_mean' on token envs")
-            return {"advantages": returns - b, "old_logp": batch.token_log_probs(self.policy)}
+            rewards = batch.step_rewards
+            if self._token_credit() == "reward_to_go":
+                credit = rewards.flip(-1).cumsum(-1).flip(-1)
+            else:
+                # Per-token rewards in per-token units: our envs pay c_t / T per step so the
+                # return is a fraction; the token's own credit is c_t (this matters for DG,
+                # whose gate sees the advantage's scale).
+                credit = rewards * rewards.shape[-1]
+            b = credit.mean(0, keepdim=True) if self.baseline == "batch_mean" else torch.zeros(())
+            return {"advantages": credit - b, "old_logp": batch.token_log_probs(self.policy)}
         scores = batch.scores
         if self.baseline == "batch_mean":
             b = scores[batch.mask].mean()
@@ -79,6 +96,12 @@ class PG(GroupedAlgorithm):
         else:
             b = torch.zeros(())
         return {"advantages": (scores - b).masked_fill(~batch.mask, 0.0), "old_logp": batch.old_logp}
+
+    def _token_credit(self) -> str:
+        if self.token_credit != "auto":
+            return self.token_credit
+        metadata = self.env.get_attr("metadata", indices=[0])[0] or {}
+        return "reward" if metadata.get("tpo_group_mode") == "per_state" else "reward_to_go"
 
     def current_log_probs(self, batch) -> torch.Tensor:
         return batch.token_log_probs(self.policy) if _per_token(batch) else batch.log_probs(self.policy)
