@@ -1,0 +1,263 @@
+"""The Token Reversal studies (zoo.token_study) through ``python -m zoo.reproduce``, tiny."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from zoo import token_study
+from zoo.reproduce import EXPERIMENTS, build_parser
+from zoo.reproduce import main as reproduce_main
+from zoo.results import summarize
+
+SUMMARY_KEYS = {
+    "final_error",
+    "final_error_se",
+    "steps_to_1pct",
+    "curves",
+    "takeoff_iteration_per_seed",
+}
+
+
+def run(out, *argv: str) -> dict:
+    return reproduce_main([*argv, "--out", str(out), "--quiet"])
+
+
+def cached_jobs(out, experiment: str) -> dict[str, float]:
+    """Cache file name -> mtime (ns)."""
+    folder = out / "cache" / experiment
+    return {p.name: p.stat().st_mtime_ns for p in folder.glob("*.json")}
+
+
+@pytest.fixture(scope="module")
+def terminal_run(tmp_path_factory):
+    """terminal, H = 3, 1 seed, 3 iterations, all five Table 3 methods (a few seconds)."""
+    out = tmp_path_factory.mktemp("terminal")
+    result = run(
+        out, "terminal", "--lengths", "3", "--seeds", "1", "--episodes", "3", "--workers", "1"
+    )
+    return out, result
+
+
+def test_every_token_experiment_is_registered():
+    names = {
+        "token-vocab",
+        "token-variations",
+        "terminal",
+        "eta-sweep",
+        "k-sweep",
+        "epoch-sweep",
+        "zero-variance-mask",
+        "ablations",
+    }
+    assert names <= set(EXPERIMENTS)
+    assert EXPERIMENTS["terminal"].default_steps == 2000
+    args = build_parser().parse_args(["terminal", "--episodes", "7"])
+    assert args.steps == 7 and args.match == "prompts"
+
+
+def test_terminal_tiny_run_writes_json_png_markdown(terminal_run):
+    out, result = terminal_run
+    data = json.loads((out / "terminal.json").read_text())
+    assert data["experiment"] == "terminal" and {"experiment", "config", "methods"} <= set(data)
+    assert data["config"]["episodes"] == 3 and data["config"]["match"] == "prompts"
+    assert set(data["methods"]) == {"tpo", "grpo", "grpo_no_kl", "ppo", "dg"}
+    for method, per_setting in data["methods"].items():
+        s = per_setting["H=3"]
+        assert SUMMARY_KEYS <= set(s), method
+        assert 0.0 <= s["final_error"] <= 1.0
+        curves = s["curves"]
+        assert curves["steps"] == [1, 2, 3]
+        assert len(curves["error_mean"]) == len(curves["grad_norm_mean"]) == 3
+        assert all(math.isfinite(g) and g >= 0 for g in curves["grad_norm_mean"])
+        assert s["agent"]["batch_size"] == 100
+    assert data["methods"]["tpo"]["H=3"]["agent"]["group_mode"] == "sequence"
+    assert data["methods"]["dg"]["H=3"]["agent"]["n_epochs"] == 1
+    assert (out / "terminal.png").stat().st_size > 0
+    md = (out / "terminal.md").read_text()
+    assert "| method | H=3 |" in md and "| TPO |" in md and "seconds per iteration" in md
+    assert len(cached_jobs(out, "terminal")) == 5
+
+
+def test_final_error_is_the_mean_of_the_last_iterations(terminal_run):
+    out, _ = terminal_run
+    record = json.loads((out / "cache" / "terminal" / "tpo__H3__seed0.json").read_text())
+    assert len(record["error"]) == len(record["grad_norm"]) == 3
+    data = json.loads((out / "terminal.json").read_text())
+    assert data["methods"]["tpo"]["H=3"]["final_error"] == pytest.approx(np.mean(record["error"]))
+    # Initial exact-match error at H = 3, V = 2 is about 1 - 1/8.
+    assert record["error"][0] == pytest.approx(7 / 8, abs=0.08)
+
+
+def test_summarize_final_window_is_backwards_compatible():
+    error = np.array([[0.9, 0.5, 0.1, 0.3], [0.7, 0.5, 0.3, 0.1]])
+    plain = summarize(error, [1, 2, 3, 4])
+    assert plain["final_error"] == pytest.approx(0.2)
+    windowed = summarize(error, [1, 2, 3, 4], final_window=2)
+    assert windowed["final_error"] == pytest.approx(0.2)
+    assert windowed["final_error_se"] == pytest.approx(0.0)
+    assert summarize(error, [1, 2, 3, 4], final_window=3)["final_error"] == pytest.approx(
+        (0.3 + 0.3) / 2
+    )
+    assert summarize(error, [1, 2, 3, 4], final_window=99)["final_error"] == pytest.approx(
+        error.mean()
+    )
+
+
+def test_resume_skips_finished_jobs_and_reruns_a_deleted_one(tmp_path, monkeypatch):
+    calls: list[str] = []
+    real = token_study.run_job
+
+    def counting(job, progress=None):
+        calls.append(job.name)
+        return real(job, progress)
+
+    monkeypatch.setattr(token_study, "run_job", counting)
+    argv = [
+        "token-vocab",
+        "--vocabs",
+        "2",
+        "--length",
+        "3",
+        "--seeds",
+        "2",
+        "--episodes",
+        "2",
+        "--methods",
+        "dg",
+        "tpo_token",
+        "--workers",
+        "1",
+    ]
+    first = run(tmp_path, *argv)
+    assert sorted(calls) == sorted(f"{m}__V2__seed{s}" for m in ("dg", "tpo_token") for s in (0, 1))
+    before = cached_jobs(tmp_path, "token-vocab")
+    assert len(before) == 4
+    calls.clear()
+    second = run(tmp_path, *argv)
+    assert calls == [] and cached_jobs(tmp_path, "token-vocab") == before
+    assert second["methods"] == first["methods"]
+    (tmp_path / "cache" / "token-vocab" / "dg__V2__seed1.json").unlink()
+    third = run(tmp_path, *argv)
+    assert calls == ["dg__V2__seed1"]
+    # Same seed, same result: the rerun reproduces the deleted job exactly.
+    assert (
+        third["methods"]["dg"]["V=2"]["curves"]["error_mean"]
+        == first["methods"]["dg"]["V=2"]["curves"]["error_mean"]
+    )
+    md = (tmp_path / "token-vocab.md").read_text()
+    assert "(58)" in md and "(199)" in md  # Table 1's V=2 column beside ours
+    assert third["config"]["stale_cached_jobs"] == []
+    # A job cached by other agent/env sources is reused, but reported as stale.
+    path = tmp_path / "cache" / "token-vocab" / "tpo_token__V2__seed0.json"
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "code_version": "other"}))
+    calls.clear()
+    with pytest.warns(UserWarning, match="other tpo_agents/tpo_gym sources"):
+        fourth = run(tmp_path, *argv)
+    assert calls == [] and fourth["config"]["stale_cached_jobs"] == ["tpo_token__V2__seed0"]
+    # A different episode count does not reuse the cache.
+    calls.clear()
+    run(
+        tmp_path,
+        "token-vocab",
+        "--vocabs",
+        "2",
+        "--length",
+        "3",
+        "--seeds",
+        "2",
+        "--episodes",
+        "1",
+        "--methods",
+        "dg",
+        "--workers",
+        "1",
+    )
+    assert sorted(calls) == ["dg__V2__seed0", "dg__V2__seed1"]
+
+
+def test_interaction_matching_gives_single_sample_methods_batch_bk(tmp_path, monkeypatch):
+    args = build_parser().parse_args(
+        ["terminal", "--lengths", "3", "--seeds", "1", "--episodes", "2", "--match", "interactions"]
+    )
+    exp = token_study.TOKEN_EXPERIMENTS["terminal"]
+    _, _, jobs = token_study.build_jobs(exp, args)
+    by_method = {j.method: j for j in jobs}
+    for method in ("dg", "ppo"):
+        assert by_method[method].agent == {"interaction_matched": True}
+        model = token_study.make_agent(by_method[method])
+        assert model.batch_size == 800 and model.lr_schedule(1.0) == pytest.approx(
+            1e-3 * math.sqrt(8)
+        )
+    for method in ("tpo", "grpo", "grpo_no_kl"):
+        assert by_method[method].agent == {}
+        model = token_study.make_agent(by_method[method])
+        assert model.batch_size == 100 and model.n_candidates == 8
+        assert model.lr_schedule(1.0) == pytest.approx(1e-3)
+    # End to end: TPO's prompt-matched run is reused (same cache), DG's is not.
+    run(
+        tmp_path,
+        "terminal",
+        "--lengths",
+        "3",
+        "--seeds",
+        "1",
+        "--episodes",
+        "2",
+        "--methods",
+        "tpo",
+        "dg",
+        "--workers",
+        "1",
+    )
+    calls: list[str] = []
+    real = token_study.run_job
+    monkeypatch.setattr(
+        token_study,
+        "run_job",
+        lambda job, progress=None: calls.append(job.name) or real(job, progress),
+    )
+    result = run(
+        tmp_path,
+        "terminal",
+        "--lengths",
+        "3",
+        "--seeds",
+        "1",
+        "--episodes",
+        "2",
+        "--methods",
+        "tpo",
+        "dg",
+        "--match",
+        "interactions",
+        "--workers",
+        "1",
+    )
+    assert calls == ["dg__H3-im__seed0"]
+    assert result["experiment"] == "terminal-interactions"
+    assert result["methods"]["dg"]["H=3"]["agent"]["batch_size"] == 800
+    assert result["methods"]["tpo"]["H=3"]["agent"]["batch_size"] == 100
+    assert (tmp_path / "terminal-interactions.md").exists()
+
+
+def test_worker_processes_give_the_same_results(tmp_path):
+    argv = ["terminal", "--lengths", "3", "--seeds", "2", "--episodes", "2", "--methods", "dg"]
+    serial = run(tmp_path / "serial", *argv, "--workers", "1")
+    parallel = run(tmp_path / "parallel", *argv, "--workers", "2")
+    assert (
+        parallel["methods"]["dg"]["H=3"]["curves"]["error_mean"]
+        == serial["methods"]["dg"]["H=3"]["curves"]["error_mean"]
+    )
+    assert len(cached_jobs(tmp_path / "parallel", "terminal")) == 2
+
+
+def test_options_that_do_not_apply_are_refused(tmp_path):
+    with pytest.raises(SystemExit):
+        run(tmp_path, "token-vocab", "--lengths", "3", "--episodes", "1")
+    with pytest.raises(SystemExit):
+        run(tmp_path, "terminal", "--vocabs", "2", "--episodes", "1")
