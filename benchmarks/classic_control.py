@@ -48,6 +48,8 @@ from typing import Any
 
 import numpy as np
 
+from zoo.cli import positive_int
+
 NAME = "classic_control"
 
 
@@ -326,20 +328,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--methods", nargs="+", default=list(METHOD_SETTINGS), choices=list(METHOD_SETTINGS)
     )
     parser.add_argument(
-        "--seeds", type=_positive_int, default=3, help="seeds 0..N-1 per env and method"
+        "--seeds", type=positive_int, default=3, help="seeds 0..N-1 per env and method"
     )
     parser.add_argument(
-        "--timesteps", type=_positive_int, default=None, help="env steps per run (all envs)"
+        "--timesteps", type=positive_int, default=None, help="env steps per run (all envs)"
     )
     parser.add_argument(
-        "--eval-every", type=_positive_int, default=5000, help="env steps between evaluations"
+        "--eval-every", type=positive_int, default=5000, help="env steps between evaluations"
     )
     parser.add_argument(
-        "--eval-episodes", type=_positive_int, default=10, help="episodes per evaluation"
+        "--eval-episodes", type=positive_int, default=10, help="episodes per evaluation"
     )
     parser.add_argument(
         "--batch-size",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help=f"contexts per iteration for TPO and GRPO (default {GROUPED['batch_size']})",
     )
@@ -349,16 +351,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=Path("results"), help="output folder")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     return parser
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def method_settings(method: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from zoo import mnist_study, tabular, token_study
+from zoo.cli import positive_int
 from zoo.results import summarize, write_outputs
 
 
@@ -143,9 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m zoo.reproduce", description=__doc__.split("\n")[0])
     parser.add_argument("experiment", choices=sorted(EXPERIMENTS), help="which experiment to run")
     parser.add_argument(
-        "--seeds", type=_positive_int, default=None, help="number of seeds (0..N-1; default 100, mnist 20)"
+        "--seeds", type=positive_int, default=None, help="number of seeds (0..N-1; default 100, mnist 20)"
     )
-    parser.add_argument("--steps", type=_positive_int, default=None, help="override the number of steps")
+    parser.add_argument("--steps", type=positive_int, default=None, help="override the number of steps")
     parser.add_argument("--out", type=Path, default=Path("results"), help="output folder")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     mnist = parser.add_argument_group("mnist")
@@ -153,42 +154,32 @@ def build_parser() -> argparse.ArgumentParser:
         "--dataset", choices=mnist_study.DATASETS, default="mnist", help="image dataset (default mnist)"
     )
     mnist.add_argument(
-        "--eval-every", type=_positive_int, default=200, help="updates between test-error evaluations"
+        "--eval-every", type=positive_int, default=200, help="updates between test-error evaluations"
     )
     mnist.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         default=min(2, os.cpu_count() or 1),
         help="parallel processes, one torch thread each (results do not depend on it)",
     )
     mnist.add_argument("--data-dir", type=Path, default=None, help="folder searched first for the dataset files")
     token = parser.add_argument_group("token reversal (token-vocab, token-variations, terminal, sweeps)")
     token.add_argument(
-        "--episodes", dest="steps", type=_positive_int, default=None,
+        "--episodes", dest="steps", type=positive_int, default=None,
         help="training iterations per run (same as --steps; default: the paper's)",
     )
     token.add_argument(
         "--match", choices=("prompts", "interactions"), default="prompts",
         help="interactions: single-sample methods (dg, pg, ppo) get batch B*K and lr x sqrt(K)",
     )
-    token.add_argument("--lengths", type=_positive_int, nargs="+", default=None, help="terminal: the H values")
-    token.add_argument("--vocabs", type=_positive_int, nargs="+", default=None, help="token-vocab: the V values")
-    token.add_argument("--length", type=_positive_int, default=None, help="H for the single-H experiments")
+    token.add_argument("--lengths", type=positive_int, nargs="+", default=None, help="terminal: the H values")
+    token.add_argument("--vocabs", type=positive_int, nargs="+", default=None, help="token-vocab: the V values")
+    token.add_argument("--length", type=positive_int, default=None, help="H for the single-H experiments")
     token.add_argument(
         "--methods", nargs="+", default=None, choices=sorted(token_study.METHODS),
         help="run only these methods (default: the experiment's)",
     )
     return parser
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def main(argv: list[str] | None = None) -> dict:
