@@ -242,3 +242,18 @@ def test_float32_muon_follows_torch_muon():
         # torch runs Newton-Schulz in bfloat16: agree to its precision, relative to the move.
         assert (a - b).norm() < 0.02 * (b - s).norm()
     assert set(opt_ours.state_dict()["state"][0]) == set(opt_ref.state_dict()["state"][0])
+
+
+def test_sequence_groups_replay_one_prompt_per_group_and_score_it():
+    from tpo_gym.token_reversal import sequence_rewards
+
+    model = TPO(
+        "TransformerPolicy", gym.make("TokenReversal-bag-v0", length=4), batch_size=3, n_candidates=4,
+        seed=0, group_mode="sequence",
+    )
+    for _ in range(2):
+        model.learn(1, reset_num_timesteps=False)
+        batch = model._batch
+        prompts = batch.prompts.numpy().repeat(4, 0)  # the K sub-envs of a group saw this prompt
+        returns = sequence_rewards(prompts, batch.completions.numpy(), "reverse_copy", 2, "bag").sum(-1)
+        assert np.allclose(returns, batch.scores.numpy().ravel())
