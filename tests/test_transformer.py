@@ -180,7 +180,8 @@ def test_single_sample_token_advantages_are_per_position():
     rewards = batch.step_rewards
     rtg = torch.stack([rewards[:, t:].sum(1) for t in range(3)], 1)
     assert torch.allclose(frozen["advantages"], rtg - rtg.mean(0, keepdim=True))
-    assert torch.allclose(frozen["old_logp"], batch.token_log_probs(model.policy))
+    assert frozen["old_logp"] is batch.old_token_logp  # frozen at rollout, not recomputed
+    assert torch.allclose(batch.old_token_logp.sum(-1).view(-1, 1), batch.old_logp)
     # Dense rewards: each token's own reward, in per-token units (c_t, not c_t / H).
     model = DG("TransformerPolicy", gym.make("TokenReversal-sequential-v0", length=3), batch_size=16, seed=0)
     model.learn(16 * 3)

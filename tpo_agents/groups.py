@@ -115,7 +115,8 @@ class _TensorGroups:
         return self.scores.shape[1]
 
     def to(self, device: torch.device):
-        return type(self)(**{k: getattr(self, k).to(device) for k in self.__dataclass_fields__})
+        fields = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return type(self)(**{k: None if v is None else v.to(device) for k, v in fields.items()})
 
 
 @dataclass
@@ -158,6 +159,8 @@ class SequenceGroupBatch(_TensorGroups):
     :param completions: ``[G * K, T]`` (rows ``g * K + k``).
     :param scores: ``[G, K]`` returns of the completions.
     :param step_rewards: ``[G * K, T]`` per-token rewards (for per-position advantages).
+    :param old_token_logp: ``[G * K, T]`` rollout-time token log-probs (``old_logp`` is
+        their sum), kept for per-token objectives.
     """
 
     prompts: torch.Tensor
@@ -166,6 +169,7 @@ class SequenceGroupBatch(_TensorGroups):
     mask: torch.Tensor
     old_logp: torch.Tensor
     step_rewards: torch.Tensor
+    old_token_logp: torch.Tensor | None = None
 
     def behaviour_returns(self) -> torch.Tensor:
         """``[G * K]`` return of every sampled completion."""

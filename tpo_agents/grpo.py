@@ -69,7 +69,7 @@ class GRPO(GroupedAlgorithm):
 
     def prepare(self, batch) -> dict[str, torch.Tensor]:
         if self._per_token(batch):
-            return {"old_logp": batch.token_log_probs(self.policy).view(batch.n_groups, batch.group_size, -1)}
+            return {"old_logp": batch.old_token_logp.view(batch.n_groups, batch.group_size, -1)}
         return {"old_logp": batch.old_logp}
 
     def current_log_probs(self, batch) -> torch.Tensor:

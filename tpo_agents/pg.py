@@ -87,7 +87,7 @@ class PG(GroupedAlgorithm):
                 # whose gate sees the advantage's scale).
                 credit = rewards * rewards.shape[-1]
             b = credit.mean(0, keepdim=True) if self.baseline == "batch_mean" else torch.zeros(())
-            return {"advantages": credit - b, "old_logp": batch.token_log_probs(self.policy)}
+            return {"advantages": credit - b, "old_logp": batch.old_token_logp}
         scores = batch.scores
         if self.baseline == "batch_mean":
             b = scores[batch.mask].mean()

@@ -339,6 +339,14 @@ class TokenSequenceCollector(_TokenCollector):
 
     mode = "sequence"
 
+    def finish(self, batch: SequenceGroupBatch) -> SequenceGroupBatch:
+        """Freeze the rollout-time token log-probs; a candidate's log-prob is their sum."""
+        with torch.no_grad():
+            tokens = batch.token_log_probs(self.algo.policy).float().cpu()
+        batch.old_token_logp = tokens
+        batch.old_logp = tokens.sum(-1).view(batch.n_groups, batch.group_size)
+        return batch
+
     def group_size(self) -> int:
         return self.algo.n_candidates
 
