@@ -60,6 +60,23 @@ def _stack_states(states: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([np.asarray(s) for s in states], axis=0)
 
 
+def _state_groups(
+    states: list[np.ndarray], actions: torch.Tensor, scores: torch.Tensor, baseline: torch.Tensor | None = None
+) -> GroupBatch:
+    """A batch with one group per visited state: ``actions[g]`` are its K candidates."""
+    G, K = actions.shape
+    return GroupBatch(
+        states=_stack_states(states),
+        step_state=torch.arange(G).repeat_interleave(K),
+        step_action=actions.flatten(),
+        step_candidate=torch.arange(G * K),
+        scores=scores,
+        mask=torch.ones(G, K, dtype=torch.bool),
+        old_logp=torch.zeros(G, K),
+        baseline=baseline,
+    )
+
+
 class Collector:
     """Base: runs env steps with callbacks and bookkeeping shared by every mode."""
 
@@ -108,18 +125,9 @@ class AllActionsCollector(Collector):
             scores.append(s)
             baselines.append(b)
             collected += len(actions)
-        scores_t = torch.cat(scores)
-        G = len(scores_t)
-        batch = GroupBatch(
-            states=_stack_states(states),
-            step_state=torch.arange(G).repeat_interleave(n_actions),
-            step_action=torch.arange(n_actions).repeat(G),
-            step_candidate=torch.arange(G * n_actions),
-            scores=scores_t,
-            mask=torch.ones(G, n_actions, dtype=torch.bool),
-            old_logp=torch.zeros(G, n_actions),
-            baseline=torch.cat(baselines),
-        )
+        G = sum(len(x) for x in scores)
+        every_action = torch.arange(n_actions).repeat(G, 1)
+        batch = _state_groups(states, every_action, torch.cat(scores), baseline=torch.cat(baselines))
         return self.finish(batch)
 
 
@@ -146,18 +154,7 @@ class PerStateCollector(Collector):
             cands.append(candidates)
             scores.append(torch.as_tensor(s, dtype=torch.float32))
             collected += len(candidates)
-        cands_t = torch.cat(cands)
-        G = len(cands_t)
-        batch = GroupBatch(
-            states=_stack_states(states),
-            step_state=torch.arange(G).repeat_interleave(K),
-            step_action=cands_t.flatten(),
-            step_candidate=torch.arange(G * K),
-            scores=torch.cat(scores),
-            mask=torch.ones(G, K, dtype=torch.bool),
-            old_logp=torch.zeros(G, K),
-        )
-        return self.finish(batch)
+        return self.finish(_state_groups(states, torch.cat(cands), torch.cat(scores)))
 
 
 class _EpisodeRecorder:
