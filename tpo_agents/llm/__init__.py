@@ -1,0 +1,1 @@
+"""Language-model support: tiny offline causal LMs for tests and examples."""
