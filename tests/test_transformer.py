@@ -258,3 +258,18 @@ def test_sequence_groups_replay_one_prompt_per_group_and_score_it():
         prompts = batch.prompts.numpy().repeat(4, 0)  # the K sub-envs of a group saw this prompt
         returns = sequence_rewards(prompts, batch.completions.numpy(), "reverse_copy", 2, "bag").sum(-1)
         assert np.allclose(returns, batch.scores.numpy().ravel())
+
+
+@pytest.mark.parametrize("cls", [TPO, PG])
+def test_rollout_log_probs_recorded_while_sampling_equal_a_teacher_forced_pass(cls):
+    # The sequence collectors keep the sampler's own token log-probs instead of re-running
+    # the network: they must be what a teacher-forced pass over the same tokens gives.
+    model = cls("TransformerPolicy", gym.make("TokenReversal-terminal-v0", length=4), batch_size=6, seed=3)
+    model.learn(1)  # sets up the env and logger (and updates once)
+    assert model.collect_rollouts(model._init_callback(None))
+    batch = model._batch
+    with torch.no_grad():
+        forced = batch.token_log_probs(model.policy)
+    assert batch.old_token_logp.shape == forced.shape
+    assert torch.allclose(batch.old_token_logp, forced, atol=1e-5)
+    assert torch.allclose(batch.old_logp.flatten(), forced.sum(-1), atol=1e-5)

@@ -337,9 +337,12 @@ class TokenSequenceCollector(_TokenCollector):
     mode = "sequence"
 
     def finish(self, batch: SequenceGroupBatch) -> SequenceGroupBatch:
-        """Freeze the rollout-time token log-probs; a candidate's log-prob is their sum."""
-        with torch.no_grad():
-            tokens = batch.token_log_probs(self.algo.policy).float().cpu()
+        """Freeze the rollout-time token log-probs; a candidate's log-prob is their sum.
+
+        They were read off the sampler's own distributions while sampling (the cache makes
+        them equal to a teacher-forced pass up to float rounding), so no extra forward pass
+        is needed here."""
+        tokens = batch.old_token_logp.float().cpu()
         batch.old_token_logp = tokens
         batch.old_logp = tokens.sum(-1).view(batch.n_groups, batch.group_size)
         return batch
@@ -353,7 +356,7 @@ class TokenSequenceCollector(_TokenCollector):
         if n % K:
             raise ValueError(f"sequence groups need n_envs to be a multiple of K = {K}; got n_envs = {n}")
         H, T, pad = self.layout()
-        prompts, completions, rewards_all = [], [], []
+        prompts, completions, logp_all, rewards_all = [], [], [], []
         collected = 0
         while collected < n_groups:
             prompt = self.fresh_prompts(H, pad)[::K]
@@ -361,9 +364,10 @@ class TokenSequenceCollector(_TokenCollector):
                 algo.env.set_options({"context": np.repeat(prompt, K, axis=0)})
                 algo._last_obs = algo.env.reset()
             log_probs, cache = policy.start(self.tensor(prompt), K)
-            tokens, rewards = [], []
+            tokens, token_logp, rewards = [], [], []
             for t in range(T):
                 token = policy.sample(log_probs).squeeze(-1)
+                token_logp.append(log_probs.gather(-1, token.unsqueeze(-1)).squeeze(-1))
                 new_obs, r, dones, infos = algo.env.step(token.cpu().numpy())
                 if not algo._after_env_step(callback, new_obs, r, dones, infos, n):
                     return None
@@ -373,6 +377,7 @@ class TokenSequenceCollector(_TokenCollector):
                     log_probs, cache = policy.advance(token, cache)
             prompts.append(self.tensor(prompt))
             completions.append(torch.stack(tokens, 1))
+            logp_all.append(torch.stack(token_logp, 1))
             rewards_all.append(torch.stack(rewards, 1))
             collected += len(prompt)
         step_rewards = torch.cat(rewards_all)
@@ -384,6 +389,7 @@ class TokenSequenceCollector(_TokenCollector):
             mask=torch.ones(G, K, dtype=torch.bool),
             old_logp=torch.zeros(G, K),
             step_rewards=step_rewards,
+            old_token_logp=torch.cat(logp_all),
         )
         return self.finish(batch)
 
