@@ -2,6 +2,16 @@
 
 import gymnasium as gym
 
+REASONING_GYM_TASKS = (
+    "graph_color",
+    "knights_knaves",
+    "basic_arithmetic",
+    "chain_sum",
+    "gsm_symbolic",
+)
+"""Reasoning Gym tasks with a ready-made id ``ReasoningGym-<task>-v0`` (any other name works
+through ``gym.make("ReasoningGym-v0", task=name)``)."""
+
 _IDS = {
     "SymmetricBandit-v0": dict(
         entry_point="tpo_gym.bandits:SymmetricBanditEnv",
@@ -29,6 +39,17 @@ _IDS = {
         )
         for reward in ("bag", "sequential", "terminal")
     },
+    # LLM prompt environments (tpo_gym.prompts): one-step episodes, no vector entry point.
+    "ReasoningGym-v0": dict(entry_point="tpo_gym.prompts.env:ReasoningGymEnv"),
+    **{
+        f"ReasoningGym-{task}-v0": dict(
+            entry_point="tpo_gym.prompts.env:ReasoningGymEnv", kwargs={"task": task}
+        )
+        for task in REASONING_GYM_TASKS
+    },
+    "GSM8K-v0": dict(entry_point="tpo_gym.prompts.env:GSM8KEnv"),
+    "PromptList-v0": dict(entry_point="tpo_gym.prompts.env:PromptListEnv"),
+    "TinyArithmetic-v0": dict(entry_point="tpo_gym.prompts.env:TinyArithmeticEnv"),
 }
 
 

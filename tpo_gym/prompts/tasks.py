@@ -1,0 +1,256 @@
+"""Task sources: indexed prompts with a verifier, the input of :class:`~tpo_gym.prompts.env.PromptEnv`.
+
+A task source is a fixed, indexed list of prompts. :class:`TaskSource` is the interface:
+
+* ``len(source)``: the number of prompts;
+* ``prompt(i)``: the prompt text of problem ``i`` (the user message, before any instruction
+  the environment appends);
+* ``answer(i)``: the reference answer as text (``""`` when a task has no single reference);
+* ``metadata(i)``: a dict of task metadata (JSON-like);
+* ``verify(i, answer)``: the score in ``[0, 1]`` of an already extracted answer;
+* ``score(i, completion, answer_format=None)``: extract the answer of a free-text completion
+  (:func:`~tpo_gym.prompts.extraction.extract_answer`, default: the source's
+  ``default_answer_format``) and verify it; a completion with no extractable answer scores 0
+  without calling the verifier.
+
+This module holds the interface and two small sources: :class:`PromptListTask` (user-supplied
+``(prompt, verifier)`` pairs) and :class:`TinyArithmeticTask` (one-digit sums for tiny-LM
+learning tests). Reasoning Gym and GSM8K live in :mod:`tpo_gym.prompts.reasoning` and
+:mod:`tpo_gym.prompts.gsm8k`. Imports numpy and the standard library only (never torch).
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tpo_gym.prompts.extraction import (
+    AnswerFormat,
+    extract_answer,
+    numbers_equal,
+    parse_number,
+)
+from tpo_gym.validation import check_int, check_scalar_action, show
+
+__all__ = [
+    "PromptListTask",
+    "TaskSource",
+    "TinyArithmeticTask",
+    "check_score",
+    "matches_expected",
+]
+
+
+def check_score(value: Any, where: str) -> float:
+    """A verifier's result (a bool or a finite number in ``[0, 1]``) -> ``float``.
+
+    ``where`` names the verifier in the error message.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return float(value)
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        score = float(value)
+        if math.isfinite(score) and 0.0 <= score <= 1.0:
+            return score
+    raise ValueError(f"{where} returned {show(value)}; expected a bool or a float in [0, 1]")
+
+
+def matches_expected(answer: str, expected: str) -> bool:
+    """``answer`` equals ``expected`` after stripping, or both are the same number."""
+    if answer.strip() == expected.strip():
+        return True
+    a, b = parse_number(answer), parse_number(expected)
+    return a is not None and b is not None and numbers_equal(a, b)
+
+
+class TaskSource(abc.ABC):
+    """An indexed list of prompts with a verifier (see the module docstring).
+
+    Subclasses set ``name``, ``default_answer_format`` and ``default_instruction`` (the text
+    :class:`~tpo_gym.prompts.env.PromptEnv` appends to each prompt by default, e.g. asking for
+    ``<answer>`` tags) and implement the abstract methods.
+    """
+
+    name: str = "task"
+    default_answer_format: AnswerFormat = "identity"
+    default_instruction: str = ""
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """The number of prompts."""
+
+    @abc.abstractmethod
+    def prompt(self, i: int) -> str:
+        """The prompt text of problem ``i``."""
+
+    @abc.abstractmethod
+    def answer(self, i: int) -> str:
+        """The reference answer of problem ``i`` as text (``""`` if there is no single one)."""
+
+    @abc.abstractmethod
+    def metadata(self, i: int) -> dict[str, Any]:
+        """Task metadata of problem ``i`` (a new dict)."""
+
+    @abc.abstractmethod
+    def verify(self, i: int, answer: str) -> float:
+        """The score in ``[0, 1]`` of the extracted ``answer`` to problem ``i``."""
+
+    def check_index(self, i: Any) -> int:
+        """A problem index in ``[0, len(self))`` -> ``int`` (``ValueError`` otherwise)."""
+        return check_scalar_action(i, len(self), what="problem index")
+
+    def score(self, i: int, completion: str, answer_format: AnswerFormat | None = None) -> float:
+        """Score a free-text completion of problem ``i``: extract its answer, then verify it.
+
+        ``answer_format``: how to extract the answer (default: ``default_answer_format``).
+        A completion with no extractable answer scores 0.0 (the verifier is not called).
+        """
+        i = self.check_index(i)
+        extracted = extract_answer(completion, answer_format or self.default_answer_format)
+        return 0.0 if extracted is None else self.verify(i, extracted)
+
+
+Verifier = Callable[[str], Any]
+
+
+class PromptListTask(TaskSource):
+    """User-supplied ``(prompt, verifier)`` pairs.
+
+    Each verifier is either
+
+    * a callable ``verifier(answer: str) -> bool | float`` receiving the extracted answer and
+      returning a bool or a score in ``[0, 1]`` (anything else raises ``ValueError``); or
+    * the expected answer (a str or a number): score 1.0 iff the extracted answer equals it
+      after stripping whitespace, or both parse as the same number (``"1,000"`` == ``1000``).
+
+    ``answer(i)`` is the expected answer as text, ``""`` for a callable verifier.
+    Default answer format ``"identity"`` (the whole stripped completion); pass
+    ``answer_format=`` to the environment to extract from tags, numbers, ...
+
+    Args:
+        pairs: a non-empty sequence of ``(prompt, verifier)`` pairs (prompts are str).
+        name: the task name reported in ``info["task"]``.
+    """
+
+    default_answer_format = "identity"
+
+    def __init__(
+        self, pairs: Sequence[tuple[str, Verifier | str | int | float]], name: str = "prompt_list"
+    ):
+        if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence) or not pairs:
+            raise ValueError(
+                f"pairs must be a non-empty sequence of (prompt, verifier) pairs, got {pairs!r}"
+            )
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name must be a non-empty str, got {name!r}")
+        self.name = name
+        self._prompts: list[str] = []
+        self._verifiers: list[Verifier | str] = []
+        for k, pair in enumerate(pairs):
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise ValueError(f"pairs[{k}] must be a (prompt, verifier) pair, got {pair!r}")
+            prompt, verifier = pair
+            if not isinstance(prompt, str):
+                raise ValueError(f"pairs[{k}]: the prompt must be a str, got {prompt!r}")
+            if isinstance(verifier, (int, float, np.integer, np.floating)) and not isinstance(
+                verifier, (bool, np.bool_)
+            ):
+                verifier = str(verifier)
+            if not (callable(verifier) or isinstance(verifier, str)):
+                raise ValueError(
+                    f"pairs[{k}]: the verifier must be a callable(answer) -> bool | float or the "
+                    f"expected answer (a str or number), got {verifier!r}"
+                )
+            self._prompts.append(prompt)
+            self._verifiers.append(verifier)
+
+    def __len__(self) -> int:
+        return len(self._prompts)
+
+    def prompt(self, i: int) -> str:
+        return self._prompts[self.check_index(i)]
+
+    def answer(self, i: int) -> str:
+        verifier = self._verifiers[self.check_index(i)]
+        return verifier if isinstance(verifier, str) else ""
+
+    def metadata(self, i: int) -> dict[str, Any]:
+        verifier = self._verifiers[self.check_index(i)]
+        return {"verifier": "expected_answer" if isinstance(verifier, str) else "callable"}
+
+    def verify(self, i: int, answer: str) -> float:
+        verifier = self._verifiers[self.check_index(i)]
+        if isinstance(verifier, str):
+            return float(matches_expected(answer, verifier))
+        return check_score(verifier(answer), f"the verifier of prompt {i}")
+
+
+class TinyArithmeticTask(TaskSource):
+    """One-digit arithmetic for learning tests of tiny language models.
+
+    Prompts like ``"3+4="`` or ``"8-5="``: two operands in ``0..9`` and an operator from
+    ``operations``, restricted to problems whose answer is a single digit ``0..9`` (so at most
+    5 characters, no instruction appended). The unique problems (55 sums, 55 differences) are
+    shuffled with ``seed``; the source holds the first ``size`` of them (all by default).
+
+    Reward: 1.0 iff the extracted answer equals the answer digit. The default answer format
+    ``"first_char"`` takes the completion's first non-whitespace character (``"7"``,
+    ``" 7 and more"`` score 1 for ``"3+4="``; ``"07"``, ``""`` score 0); ``"last_number"``
+    and ``"identity"`` also work.
+
+    Args:
+        size: the number of problems (``None``: every unique problem of ``operations``).
+        seed: the seed of the shuffle (int >= 0).
+        operations: a non-empty string of operators from ``"+-"``.
+    """
+
+    name = "tiny_arithmetic"
+    default_answer_format = "first_char"
+
+    def __init__(self, size: int | None = None, seed: int = 0, operations: str = "+-"):
+        if not isinstance(operations, str) or not operations or set(operations) - set("+-"):
+            raise ValueError(
+                f"operations must be a non-empty string of '+' and '-', got {operations!r}"
+            )
+        seed = check_int("seed", seed, 0)
+        problems = [
+            (a, op, b)
+            for op in dict.fromkeys(operations)
+            for a in range(10)
+            for b in range(10)
+            if 0 <= (a + b if op == "+" else a - b) <= 9
+        ]
+        order = np.random.default_rng(seed).permutation(len(problems))
+        if size is not None:
+            size = check_int("size", size, 1)
+            if size > len(problems):
+                raise ValueError(
+                    f"size must be at most {len(problems)} (the unique problems of "
+                    f"operations={operations!r}), got {size}"
+                )
+            order = order[:size]
+        self.operations = operations
+        self.seed = seed
+        self._problems = [problems[int(j)] for j in order]
+
+    def __len__(self) -> int:
+        return len(self._problems)
+
+    def prompt(self, i: int) -> str:
+        a, op, b = self._problems[self.check_index(i)]
+        return f"{a}{op}{b}="
+
+    def answer(self, i: int) -> str:
+        a, op, b = self._problems[self.check_index(i)]
+        return str(a + b if op == "+" else a - b)
+
+    def metadata(self, i: int) -> dict[str, Any]:
+        a, op, b = self._problems[self.check_index(i)]
+        return {"a": a, "op": op, "b": b}
+
+    def verify(self, i: int, answer: str) -> float:
+        return float(answer.strip() == self.answer(i))
