@@ -409,7 +409,7 @@ def test_tiny_arithmetic_env():
 
 def _all_envs(rg_envs):
     return [
-        rg_envs["gsm_symbolic"],
+        *rg_envs.values(),
         GSM8KEnv(GSM8K_SAMPLE),
         PromptListEnv([("2+2=", "4"), ("3+3=", "6")]),
         TinyArithmeticEnv(),
