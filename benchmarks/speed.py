@@ -16,7 +16,9 @@ Baselines, named in the output:
 * ``matmul_peak_gflops``: a large float32 matmul with the same thread setting, the
   ceiling against which the achieved GFLOP/s of each iteration are reported.
 
-Usage: ``python benchmarks/speed.py [--threads 1 2] [--iterations 5] [--out results/speed.json]``
+Usage: ``python benchmarks/speed.py [--threads 1 2] [--iterations 5] [--malloc keep|default]
+[--out results/speed.json]`` (``keep``, the default, keeps freed activation memory in the
+heap: see :mod:`tpo_agents.runtime`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 import tpo_gym  # noqa: F401
 from tpo_agents import DG, GRPO, TPO, CriticFreePPO
+from tpo_agents.runtime import keep_freed_memory
 
 ARTIFACT_MS = {
     "tpo": (820, 910),
@@ -173,7 +176,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--methods", nargs="+", default=list(SETUPS), choices=list(SETUPS))
     parser.add_argument("--out", type=Path, default=Path("results/speed.json"))
+    parser.add_argument(
+        "--malloc",
+        choices=("keep", "default"),
+        default="keep",
+        help="keep: raise glibc's mmap/trim thresholds (tpo_agents.runtime.keep_freed_memory)",
+    )
     args = parser.parse_args(argv)
+    if args.malloc == "keep":
+        keep_freed_memory()
     result: dict = {"config": vars(args) | {"out": str(args.out)}, "threads": {}}
     for threads in args.threads:
         torch.set_num_threads(threads)
