@@ -250,12 +250,12 @@ def test_reasoning_gym_verifiers(rg_envs, task):
             ref,  # malformed: no tags at all
         ]
         rewards = env.score_candidates(completions)
-        assert rewards.dtype == np.float32 and rewards.shape == (5,)
+        assert rewards.dtype == np.float64 and rewards.shape == (5,)
         assert rewards[0] == 1.0, (task, i, ref)
         assert rewards[1] < 1.0, (task, i, wrong)
         assert (rewards[2:] == 0.0).all(), (task, i, rewards)
         scores = [env.source.score(i, c) for c in completions]
-        np.testing.assert_array_equal(np.float32(scores), rewards)
+        np.testing.assert_array_equal(np.float64(scores), rewards)
         for k, completion in enumerate(completions):  # step gives the same rewards
             env.reset(options={"context": i})
             _, r, terminated, truncated, info = env.step(completion)
@@ -339,7 +339,7 @@ def test_prompt_list_verifiers():
             "" if callable(pairs[i][1]) else str(pairs[i][1])
         )
         completions, rewards = zip(*expected)
-        np.testing.assert_array_equal(env.score_candidates(list(completions)), np.float32(rewards))
+        np.testing.assert_array_equal(env.score_candidates(list(completions)), np.float64(rewards))
     # completions without an extractable answer never reach the verifier
     assert calls == ["12", "7", ""]
     default = gym.make("PromptList-v0", pairs=pairs)  # identity: the whole completion
@@ -469,7 +469,7 @@ def test_score_candidates_matches_step_and_keeps_state(gsm8k_env):
     i, ref = info["index"], info["answer"]
     completions = [tags(ref), f"#### {ref}", "42 and 43", "", tags("x"), f"so {ref}."]
     rewards = score_candidates(env, completions)
-    assert rewards.dtype == np.float32 and rewards.shape == (6,)
+    assert rewards.dtype == np.float64 and rewards.shape == (6,)
     assert env.index == i  # no state change
     assert score_candidates(env, completions).tolist() == rewards.tolist()
     for k, completion in enumerate(completions):

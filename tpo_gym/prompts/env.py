@@ -101,7 +101,7 @@ class PromptEnv(gym.Env[str, str]):
     ``ValueError``.
 
     ## Candidate scoring
-    ``score_candidates(completions)`` -> float32 ``[K]``: the reward of each of the K
+    ``score_candidates(completions)`` -> float64 ``[K]``: the reward of each of the K
     completions for the current prompt, exactly as ``step`` would give it, with no state
     change. ``metadata["tpo_group_mode"] = "sequence"``: groups are K completions per prompt.
 
@@ -279,7 +279,7 @@ class PromptEnv(gym.Env[str, str]):
         return self._prompts[self._index], reward, True, False, info
 
     def score_candidates(self, completions: Sequence[str]) -> np.ndarray:
-        """Rewards ``float32 [K]`` of K completions for the current prompt (as ``step`` gives).
+        """Rewards ``float64 [K]`` of K completions for the current prompt (as ``step`` gives).
 
         Changes no state (no draw, the episode stays live).
 
@@ -299,7 +299,7 @@ class PromptEnv(gym.Env[str, str]):
         checked = [
             self._check_completion(c, f"completions[{k}]") for k, c in enumerate(completions)
         ]
-        return np.array([self._score(c)[0] for c in checked], dtype=np.float32)
+        return np.array([self._score(c)[0] for c in checked], dtype=np.float64)
 
 
 # --------------------------------------------------------------------------- registered ids
