@@ -10,18 +10,19 @@ whole test split) is recorded every ``eval_every`` updates and at step 0.
 For a seed ``s`` every method starts from the same weights: the agents call SB3's
 ``set_random_seed(s)`` before building their policy, and the oracle does the same.
 
-Runs (method, seed) are independent tasks; :func:`run_study` spreads them over
-``workers`` processes (one torch thread each), and its results do not depend on
-``workers``.
+Runs (method, seed) are independent jobs; :func:`run_study` runs them on a
+:mod:`zoo.backends` backend (local processes or Ray tasks, one torch thread each), caches
+each finished run under ``OUT/cache/mnist-<dataset>/`` (a rerun resumes), and its results
+do not depend on the backend or ``workers``.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -29,12 +30,12 @@ import torch
 from gymnasium import spaces
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import set_random_seed
-from tqdm import tqdm
 
 import tpo_gym  # noqa: F401  (registers MNISTBandit-v0)
 from tpo_agents import DG, GRPO, PG, TPO, GroupPG, MlpPolicy
 from tpo_agents.objectives import cross_entropy_loss
 from tpo_gym.datasets import DATASETS, NUM_CLASSES
+from zoo.sweep import code_version, run_sweep
 
 METHODS: tuple[str, ...] = ("ce", "pg", "dg", "tpo", "grpo", "group_pg")
 """Method keys (JSON keys); ``ce`` is the supervised oracle."""
@@ -232,8 +233,41 @@ def run_one(method: str, seed: int, cfg: MnistConfig) -> tuple[str, int, np.ndar
     return method, seed, curve, time.perf_counter() - t0
 
 
-def _init_worker() -> None:
-    torch.set_num_threads(1)
+@dataclass(frozen=True)
+class MnistJob:
+    """One (method, seed) run of the study, as a cached sweep job (:mod:`zoo.sweep`)."""
+
+    method: str
+    seed: int
+    cfg: MnistConfig
+
+    @property
+    def name(self) -> str:
+        return f"{self.method}__seed{self.seed}"
+
+    @property
+    def episodes(self) -> int:
+        return self.cfg.steps
+
+    def spec(self) -> dict:
+        """What a cached result must match to be reused (``data_dir`` only says where
+        the dataset files were found, so it is left out)."""
+        config = {k: v for k, v in self.cfg.as_dict().items() if k != "data_dir"}
+        return {"method": self.method, "seed": self.seed, "config": config}
+
+    def cache_path(self, out: Path) -> Path:
+        return Path(out) / "cache" / f"mnist-{self.cfg.dataset}" / f"{self.name}.json"
+
+
+def run_job(job: MnistJob, progress: Any = None) -> dict:
+    """Run ``job``; its cache record: spec, test-error curve, seconds and code version."""
+    _, _, curve, seconds = run_one(job.method, job.seed, job.cfg)
+    return {
+        "spec": job.spec(),
+        "error": [float(e) for e in curve],
+        "seconds": seconds,
+        "code_version": code_version(),
+    }
 
 
 # Imported once by the fork server, not per worker: this module (torch, SB3, the agents),
@@ -242,66 +276,50 @@ def _init_worker() -> None:
 _PRELOAD = (__name__, "torch._dynamo", "sklearn.datasets")
 
 
-def _pool_context() -> multiprocessing.context.BaseContext:
-    """``forkserver`` with the heavy imports preloaded, else ``spawn``.
-
-    (Never plain ``fork``: the parent may hold torch threads.)
-    """
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(list(_PRELOAD))
-        return ctx
-    return multiprocessing.get_context("spawn")
-
-
 def run_study(
     cfg: MnistConfig,
     seeds: Sequence[int],
     methods: Sequence[str] = METHODS,
     workers: int = 1,
     progress: bool = True,
+    out: Path | None = None,
+    backend: str = "local",
+    ray_address: str | None = None,
+    info: dict | None = None,
 ) -> dict[str, dict]:
     """All (method, seed) runs: per method ``{"error": [n_seeds, n_evals], "seconds": total}``.
 
-    ``workers > 1`` runs them in that many worker processes (forkserver, else spawn);
-    ``workers == 1`` runs them here. Either way torch uses one thread per run, so the
-    curves do not depend on ``workers``.
+    ``backend="local"``: ``workers > 1`` runs them in that many worker processes
+    (forkserver with the heavy imports preloaded, else spawn), ``workers == 1`` here;
+    ``backend="ray"``: one Ray task per run (:mod:`zoo.backends`). Either way torch uses
+    one thread per run, so the curves do not depend on the backend or ``workers``.
+    With ``out``, each finished run is cached as ``out/cache/mnist-<dataset>/<method>__seed<s>.json``
+    and a rerun only runs the missing ones (:func:`zoo.sweep.run_sweep`).
     """
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {METHODS}")
     seeds = [int(s) for s in seeds]
-    tasks = [(m, s) for m in methods for s in seeds]
-    curves: dict[tuple[str, int], np.ndarray] = {}
-    seconds = {m: 0.0 for m in methods}
-    bar = tqdm(total=len(tasks), desc=f"mnist-{cfg.dataset}", disable=not progress)
-
-    def done(method: str, seed: int, curve: np.ndarray, secs: float) -> None:
-        curves[method, seed] = curve
-        seconds[method] += secs
-        bar.update(1)
-
-    try:
-        if workers <= 1:
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)
-            try:
-                for m, s in tasks:
-                    done(*run_one(m, s, cfg))
-            finally:
-                torch.set_num_threads(threads)
-        else:
-            ctx = _pool_context()
-            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker) as pool:
-                futures = [pool.submit(run_one, m, s, cfg) for m, s in tasks]
-                try:
-                    for fut in as_completed(futures):
-                        done(*fut.result())
-                except BaseException:
-                    pool.shutdown(wait=True, cancel_futures=True)
-                    raise
-    finally:
-        bar.close()
-    return {
-        m: {"error": np.stack([curves[m, s] for s in seeds]), "seconds": seconds[m]} for m in methods
-    }
+    jobs = [MnistJob(m, s, cfg) for m in methods for s in seeds]
+    records = run_sweep(
+        jobs,
+        run_job,
+        out,
+        backend=backend,
+        workers=workers,
+        ray_address=ray_address,
+        progress=progress,
+        desc=f"mnist-{cfg.dataset}",
+        describe=lambda job: f"{job.method} seed {job.seed}",
+        context="forkserver",
+        preload=_PRELOAD,
+        info=info,
+    )
+    result = {}
+    for m in methods:
+        recs = [records[MnistJob(m, s, cfg).name] for s in seeds]
+        result[m] = {
+            "error": np.array([r["error"] for r in recs], dtype=float),
+            "seconds": float(sum(r["seconds"] for r in recs)),
+        }
+    return result

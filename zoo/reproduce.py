@@ -19,7 +19,19 @@ Token Reversal (Tables 1, 2, 3, 5 and the sparse-reward diagnostics; :mod:`zoo.t
 Per-seed runs are cached in ``OUT/cache/<name>/`` (a rerun resumes); ``--match
 interactions`` writes ``OUT/<name>-interactions.*``.
 
-Each run writes ``OUT/<name>.json``, ``OUT/<name>.png`` and ``OUT/<name>.md``.
+Where the MNIST and Token Reversal jobs run (:mod:`zoo.backends`, docs/sweeps.md)::
+
+    --backend local [--workers N]     processes on this machine (default)
+    --backend ray [--workers N] [--ray-address auto|HOST:PORT|ray://HOST:PORT]
+                                      one Ray task per (method, setting, seed)
+
+Both backends write the same per-job cache, so a sweep interrupted on one resumes on
+either. The tabular studies are exact and batched over seeds in one process: the
+backend does not apply to them (``--backend ray`` is refused).
+
+Each run writes ``OUT/<name>.json``, ``OUT/<name>.png`` (mean +- s.e. bands) and
+``OUT/<name>.md`` (our numbers beside the paper's); ``python -m zoo.report OUT`` collects
+them into one page.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from zoo import mnist_study, tabular, token_study
+from zoo.backends import BACKENDS, BackendError, check_backend_args
 from zoo.cli import positive_int
 from zoo.results import summarize, write_outputs
 
@@ -50,6 +63,9 @@ class Experiment:
     log_x: bool = False
     default_seeds: int = 100
     write: Callable[..., dict] | None = None  # output writer (default: zoo.results.write_outputs)
+    paper_values: Callable[[dict], dict | None] | None = None
+    """The paper's numbers for a result, ``{method: {summary key: text}}`` (default writer)."""
+    uses_backend: bool = True
 
 
 def _run_tabular(name: str, runner, methods, config: dict, args: argparse.Namespace) -> dict:
@@ -82,7 +98,17 @@ def run_mnist(args: argparse.Namespace) -> dict:
         eval_every=args.eval_every,
         data_dir=None if args.data_dir is None else str(args.data_dir),
     )
-    runs = mnist_study.run_study(cfg, range(args.seeds), workers=args.workers, progress=not args.quiet)
+    backend: dict = {}
+    runs = mnist_study.run_study(
+        cfg,
+        range(args.seeds),
+        workers=args.workers,
+        progress=not args.quiet,
+        out=args.out,
+        backend=args.backend,
+        ray_address=args.ray_address,
+        info=backend,
+    )
     train_x, _ = mnist_study.dataset_split(cfg, "train")
     test_x, _ = mnist_study.dataset_split(cfg, "test")
     config = {
@@ -92,6 +118,8 @@ def run_mnist(args: argparse.Namespace) -> dict:
         "n_train": len(train_x),
         "n_test": len(test_x),
         "group_modes": mnist_study.group_modes(cfg),
+        **backend,
+        "cache": str(Path(args.out) / "cache" / f"mnist-{cfg.dataset}"),
     }
     result = {"experiment": f"mnist-{cfg.dataset}", "config": config, "methods": {}}
     for method, run in runs.items():
@@ -102,6 +130,20 @@ def run_mnist(args: argparse.Namespace) -> dict:
     return result
 
 
+MNIST_PAPER = {
+    "tpo": {"final_error": "0.029", "steps_to_5pct": "1600"},
+    "dg": {"steps_to_5pct": "2200"},
+    "pg": {"final_error": "0.053"},
+    "grpo": {"final_error": "0.059"},
+    "group_pg": {"final_error": "0.072"},
+}
+"""The paper's MNIST numbers (real MNIST only): final test error and steps to 5% error."""
+
+
+def _mnist_paper(result: dict) -> dict | None:
+    return MNIST_PAPER if result["config"].get("dataset") == "mnist" else None
+
+
 EXPERIMENTS: dict[str, Experiment] = {
     "tabular-single": Experiment(
         run_tabular_single,
@@ -109,6 +151,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         "TPO and DG converge fastest and keep improving below 1% error; PG and GRPO plateau "
         "higher; TPO has the lowest misalignment.",
         default_steps=150,
+        uses_backend=False,
     ),
     "tabular-multi": Experiment(
         run_tabular_multi,
@@ -117,6 +160,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         "updates, and its direction stays closest to CE.",
         default_steps=1000,
         log_x=True,
+        uses_backend=False,
     ),
     "mnist": Experiment(
         run_mnist,
@@ -126,6 +170,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         "for DG. (The paper reports no Fashion-MNIST or digits numbers.)",
         default_steps=10_000,
         default_seeds=20,
+        paper_values=_mnist_paper,
     ),
 }
 
@@ -149,18 +194,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=positive_int, default=None, help="override the number of steps")
     parser.add_argument("--out", type=Path, default=Path("results"), help="output folder")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep = parser.add_argument_group("where jobs run (mnist and token reversal; see docs/sweeps.md)")
+    sweep.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="local",
+        help="local: processes on this machine; ray: one Ray task per (method, setting, seed)",
+    )
+    sweep.add_argument(
+        "--workers",
+        type=positive_int,
+        default=min(2, os.cpu_count() or 1),
+        help="parallel jobs, one torch thread each: local processes, or the CPUs of a local "
+        "Ray instance (results do not depend on it)",
+    )
+    sweep.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="Ray cluster to join (auto, HOST:PORT or ray://HOST:PORT; default: start a "
+        "local Ray instance, or join $RAY_ADDRESS); --backend ray only",
+    )
     mnist = parser.add_argument_group("mnist")
     mnist.add_argument(
         "--dataset", choices=mnist_study.DATASETS, default="mnist", help="image dataset (default mnist)"
     )
     mnist.add_argument(
         "--eval-every", type=positive_int, default=200, help="updates between test-error evaluations"
-    )
-    mnist.add_argument(
-        "--workers",
-        type=positive_int,
-        default=min(2, os.cpu_count() or 1),
-        help="parallel processes, one torch thread each (results do not depend on it)",
     )
     mnist.add_argument("--data-dir", type=Path, default=None, help="folder searched first for the dataset files")
     token = parser.add_argument_group("token reversal (token-vocab, token-variations, terminal, sweeps)")
@@ -183,14 +243,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     exp = EXPERIMENTS[args.experiment]
     if args.steps is None:
         args.steps = exp.default_steps
     if args.seeds is None:
         args.seeds = exp.default_seeds
-    result = exp.run(args)
-    paths = (exp.write or write_outputs)(result, args.out, paper_notes=exp.paper, log_x=exp.log_x)
+    if not exp.uses_backend:
+        if args.backend != "local" or args.ray_address is not None:
+            parser.error(
+                f"{args.experiment} is exact and batched over seeds in this process: "
+                "--backend ray and --ray-address do not apply to it"
+            )
+    else:
+        try:
+            check_backend_args(args.backend, args.ray_address)
+        except (ValueError, BackendError) as exc:
+            parser.error(str(exc))
+    t0 = time.perf_counter()
+    try:
+        result = exp.run(args)
+    except BackendError as exc:
+        parser.error(str(exc))
+    result["config"].setdefault("wall_seconds", round(time.perf_counter() - t0, 2))
+    if exp.write is not None:
+        paths = exp.write(result, args.out, paper_notes=exp.paper, log_x=exp.log_x)
+    else:
+        paper_values = exp.paper_values(result) if exp.paper_values else None
+        paths = write_outputs(
+            result, args.out, paper_notes=exp.paper, log_x=exp.log_x, paper_values=paper_values
+        )
     if not args.quiet:
         print(paths["md"].read_text())
         print("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -137,7 +137,8 @@ def plot_result(result: dict, path: Path, log_x: bool = False) -> None:
     ax_err.set_yscale("log")
     ax_err.set_xlabel("step")
     ax_err.set_ylabel("error")
-    ax_err.axhline(0.01, color="grey", lw=0.8, ls=":")
+    for threshold in _thresholds(methods):
+        ax_err.axhline(threshold, color="grey", lw=0.8, ls=":")
     ax_err.legend()
     ax_err.set_title(result["experiment"])
     if has_mis:
@@ -153,24 +154,52 @@ def plot_result(result: dict, path: Path, log_x: bool = False) -> None:
     plt.close(fig)
 
 
+def _thresholds(methods: dict) -> list[float]:
+    """The error thresholds of the summaries' ``steps_to_*`` keys (1% when none)."""
+    found = set()
+    for m in methods.values():
+        for key in m:
+            if key.startswith("steps_to_") and key.endswith("pct"):
+                try:
+                    found.add(float(key[len("steps_to_") : -3].replace("_", ".")) / 100)
+                except ValueError:
+                    pass
+    return sorted(found) or [0.01]
+
+
 def _log_floor(mean: np.ndarray, se: np.ndarray) -> np.ndarray:
     """Lower edge of a mean - s.e. band that stays positive on a log axis."""
     return np.maximum(mean - se, mean / 10)
 
 
-def markdown_table(result: dict, paper_notes: str = "") -> str:
-    """A markdown page: config, one row per method, and what the paper reports."""
+def markdown_table(result: dict, paper_notes: str = "", paper_values: dict | None = None) -> str:
+    """A markdown page: config, one row per method, and what the paper reports.
+
+    ``paper_values``: the paper's numbers, ``{method: {summary key: text}}`` (keys
+    ``final_error`` or ``steps_to_*``); each is shown beside ours as ``ours (paper)``.
+    """
     methods = result["methods"]
+    paper_values = paper_values or {}
     step_keys = sorted({k for m in methods.values() for k in m if k.startswith("steps_to_")})
     has_mis = any("mean_misalignment" in m for m in methods.values())
     head = ["method", "final error (mean +- s.e.)"] + [k.replace("_", " ") for k in step_keys]
     if has_mis:
         head.append("mean misalignment")
     lines = [f"# {result['experiment']}", "", "Config: `" + json.dumps(result["config"]) + "`", ""]
+    if paper_values:
+        lines += ["Cells are `ours (paper)` where the paper reports a number.", ""]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key, m in methods.items():
-        row = [METHOD_LABELS.get(key, key), f"{m['final_error']:.4g} +- {m['final_error_se']:.2g}"]
-        row += ["-" if m.get(k) is None else str(m[k]) for k in step_keys]
+        paper = paper_values.get(key, {})
+
+        def cell(text: str, name: str, paper: dict = paper) -> str:
+            return f"{text} ({paper[name]})" if name in paper else text
+
+        row = [
+            METHOD_LABELS.get(key, key),
+            cell(f"{m['final_error']:.4g} +- {m['final_error_se']:.2g}", "final_error"),
+        ]
+        row += [cell("-" if m.get(k) is None else str(m[k]), k) for k in step_keys]
         if has_mis:
             row.append(f"{m['mean_misalignment']:.4f}" if "mean_misalignment" in m else "")
         lines.append("| " + " | ".join(row) + " |")
@@ -179,12 +208,18 @@ def markdown_table(result: dict, paper_notes: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(result: dict, out_dir: Path, paper_notes: str = "", log_x: bool = False) -> dict[str, Path]:
+def write_outputs(
+    result: dict,
+    out_dir: Path,
+    paper_notes: str = "",
+    log_x: bool = False,
+    paper_values: dict | None = None,
+) -> dict[str, Path]:
     """Write ``<name>.json``, ``<name>.png`` and ``<name>.md`` into ``out_dir``."""
     out_dir = Path(out_dir)
     name = result["experiment"]
     paths = {ext: out_dir / f"{name}.{ext}" for ext in ("json", "png", "md")}
     write_json_atomic(paths["json"], result)
     plot_result(result, paths["png"], log_x=log_x)
-    paths["md"].write_text(markdown_table(result, paper_notes))
+    paths["md"].write_text(markdown_table(result, paper_notes, paper_values))
     return paths

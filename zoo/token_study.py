@@ -12,7 +12,9 @@ paper's "episodes" and "steps") and records, per iteration,
 
 Each finished job is cached as ``OUT/cache/<experiment>/<job>.json`` (written atomically),
 so a rerun skips finished jobs and an interrupted sweep resumes. A cached job is reused
-only if its stored spec (env, agent, episodes, seed) equals the requested one.
+only if its stored spec (env, agent, episodes, seed) equals the requested one. Jobs run
+on a :mod:`zoo.backends` backend: this machine's processes (``--backend local``) or one
+Ray task per job (``--backend ray``); the cache is the same for both (:mod:`zoo.sweep`).
 
 Summaries per (method, setting) use :func:`zoo.results.summarize` with ``final_error`` =
 mean error over the last 50 iterations; the markdown puts the paper's number beside ours,
@@ -24,23 +26,18 @@ Run through ``python -m zoo.reproduce NAME`` (see :mod:`zoo.reproduce`).
 from __future__ import annotations
 
 import argparse
-import functools
-import hashlib
 import json
 import math
-import multiprocessing
 import time
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from zoo.results import METHOD_LABELS, standard_error, summarize, write_json_atomic
+from zoo.sweep import code_version, load_cached, run_sweep  # noqa: F401  (re-exported)
 
 FINAL_WINDOW = 50
 """``final_error`` is the mean error over this many last iterations."""
@@ -211,166 +208,35 @@ def run_job(job: Job, progress: Any = None) -> dict:
     return record
 
 
-@functools.lru_cache(maxsize=1)
-def code_version() -> str:
-    """A short hash of the ``tpo_agents`` and ``tpo_gym`` sources.
-
-    Stored in every cache record; a cached job made with other sources is still reused
-    (the cache is keyed by the job spec only) but reported as stale, so a sweep that
-    spans a code change says so instead of silently mixing versions.
-    """
-    import tpo_agents
-    import tpo_gym
-
-    digest = hashlib.sha256()
-    for package in (tpo_agents, tpo_gym):
-        root = Path(package.__file__).parent
-        for path in sorted(root.rglob("*.py")):
-            digest.update(str(path.relative_to(root.parent)).encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:12]
-
-
-def load_cached(job: Job, out: Path) -> dict | None:
-    """The cached record of ``job`` if it exists and was made with the same spec."""
-    path = job.cache_path(out)
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if record.get("spec") != job.spec():
-        return None
-    return record
-
-
-def _init_worker() -> None:
-    import torch
-
-    torch.set_num_threads(1)
-
-
-def _run_and_cache(job: Job, out: str, progress: Any = None) -> dict:
-    """Worker entry point: run ``job`` and write its cache file atomically."""
-    record = run_job(job, progress)
-    write_json_atomic(job.cache_path(Path(out)), record)
-    return record
-
-
-class _BarProgress:
-    """In-process progress sink: shows ``job: iteration/episodes`` as the bar's postfix."""
-
-    def __init__(self, bar: tqdm, episodes: dict[str, int]):
-        self.bar, self.episodes = bar, episodes
-
-    def __setitem__(self, name: str, iteration: int) -> None:
-        self.bar.set_postfix_str(f"{name} {iteration}/{self.episodes.get(name, '?')}", refresh=True)
-
-
 def run_jobs(
-    jobs: Sequence[Job], out: Path, workers: int = 1, progress: bool = True, desc: str = ""
+    jobs: Sequence[Job],
+    out: Path,
+    workers: int = 1,
+    progress: bool = True,
+    desc: str = "",
+    backend: str = "local",
+    ray_address: str | None = None,
+    info: dict | None = None,
 ) -> dict:
     """Run (or load from the cache) every job; ``{job.name: record}``.
 
-    ``workers > 1``: a ``ProcessPoolExecutor`` (spawn) with one torch thread per worker;
-    ``workers == 1`` runs in this process (also one torch thread). Results do not depend
-    on the number of workers. Finished jobs are cached as they complete.
+    ``backend="local"``: ``workers > 1`` is a process pool (spawn), ``workers == 1`` runs
+    in this process; ``backend="ray"``: one Ray task per job (see :mod:`zoo.backends`).
+    Every job runs with one torch thread, so results do not depend on the backend or the
+    number of workers. Finished jobs are cached as they complete (:func:`zoo.sweep.run_sweep`).
     """
-    out = Path(out)
-    records: dict[str, dict] = {}
-    todo: list[Job] = []
-    stale = []
-    for job in jobs:
-        cached = load_cached(job, out)
-        if cached is None:
-            todo.append(job)
-        else:
-            records[job.name] = cached
-            if cached.get("code_version") != code_version():
-                stale.append(job.name)
-    if stale:
-        warnings.warn(
-            f"{len(stale)} cached job(s) in {out / 'cache'} were made with other tpo_agents/"
-            f"tpo_gym sources than the current ones ({code_version()}), e.g. {stale[0]}; "
-            "delete their cache files to recompute them",
-            stacklevel=2,
-        )
-    bar = tqdm(total=len(jobs), initial=len(records), desc=desc, disable=not progress, unit="job")
-    episodes = {job.name: job.episodes for job in todo}
-    try:
-        if not todo:
-            pass
-        elif workers <= 1 or len(todo) == 1:
-            import torch
-
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)
-            try:
-                sink = _BarProgress(bar, episodes) if progress else None
-                for job in todo:
-                    bar.set_description(f"{desc}: {job.method} {job.setting} seed {job.seed}")
-                    records[job.name] = _run_and_cache(job, str(out), sink)
-                    bar.update()
-            finally:
-                torch.set_num_threads(threads)
-        else:
-            records.update(_run_pool(todo, out, workers, bar, progress, desc))
-    finally:
-        bar.close()
-    return records
-
-
-def _run_pool(
-    todo: Sequence[Job], out: Path, workers: int, bar: tqdm, progress: bool, desc: str
-) -> dict:
-    ctx = multiprocessing.get_context("spawn")
-    records: dict[str, dict] = {}
-    manager = ctx.Manager() if progress else None
-    shared = manager.dict() if manager is not None else None
-    try:
-        with ProcessPoolExecutor(
-            max_workers=min(workers, len(todo)), mp_context=ctx, initializer=_init_worker
-        ) as pool:
-            futures: dict[Future, Job] = {
-                pool.submit(_run_and_cache, job, str(out), shared): job for job in todo
-            }
-            pending = set(futures)
-            try:
-                while pending:
-                    done, pending = wait(pending, timeout=2.0, return_when=FIRST_COMPLETED)
-                    for fut in done:
-                        job = futures[fut]
-                        records[job.name] = fut.result()  # re-raises a worker's error
-                        bar.set_description(
-                            f"{desc}: done {job.method} {job.setting} seed {job.seed}"
-                        )
-                        bar.update()
-                        if shared is not None:
-                            shared.pop(job.name, None)
-                    if shared is not None:
-                        running = dict(shared)
-                        if running:
-                            bar.set_postfix_str(
-                                " | ".join(
-                                    f"{n} {i}/{futures_episodes(futures, n)}"
-                                    for n, i in sorted(running.items())
-                                ),
-                                refresh=True,
-                            )
-            except BaseException:
-                for fut in pending:
-                    fut.cancel()
-                raise
-    finally:
-        if manager is not None:
-            manager.shutdown()
-    return records
-
-
-def futures_episodes(futures: Mapping[Future, Job], name: str) -> int | str:
-    for job in futures.values():
-        if job.name == name:
-            return job.episodes
-    return "?"
+    return run_sweep(
+        jobs,
+        run_job,
+        Path(out),
+        backend=backend,
+        workers=workers,
+        ray_address=ray_address,
+        progress=progress,
+        desc=desc,
+        describe=lambda job: f"{job.method} {job.setting} seed {job.seed}",
+        info=info,
+    )
 
 
 # ------------------------------------------------------------------------- experiments
@@ -403,6 +269,9 @@ class TokenExperiment:
     default_episodes: int
     default_seeds: int = 10
     layout: str = "methods_rows"  # or "settings_rows"
+    sweep: tuple[str, str] | None = None
+    """For a sweep of one agent setting: (axis label, agent keyword); the figure then adds
+    final error against it (the paper's K, epoch and eta figures)."""
 
 
 def _env(reward: str, length: int, vocab_size: int = 2, target: str = "reverse_copy") -> dict:
@@ -590,6 +459,7 @@ TOKEN_EXPERIMENTS: dict[str, TokenExperiment] = {
         "final error % / steps to 1%.",
         default_episodes=1000,
         layout="settings_rows",
+        sweep=("eta", "eta"),
     ),
     "k-sweep": TokenExperiment(
         "k-sweep",
@@ -605,6 +475,7 @@ TOKEN_EXPERIMENTS: dict[str, TokenExperiment] = {
         "Sparse-reward diagnostics, K sweep: terminal reverse copy, H = 8, V = 2, B = 256, "
         "2000 episodes; final error %.",
         default_episodes=2000,
+        sweep=("K", "n_candidates"),
     ),
     "epoch-sweep": TokenExperiment(
         "epoch-sweep",
@@ -622,6 +493,7 @@ TOKEN_EXPERIMENTS: dict[str, TokenExperiment] = {
         "epochs 0.2% at episode 400 vs 1.1% with 1 epoch; TPO's gradient norm decays to near "
         "zero once solved (about episode 300), GRPO's does not.",
         default_episodes=2000,
+        sweep=("epochs", "n_epochs"),
     ),
     "zero-variance-mask": TokenExperiment(
         "zero-variance-mask",
@@ -736,8 +608,16 @@ def run_experiment(name: str, args: argparse.Namespace) -> dict:
     workers = int(getattr(args, "workers", None) or 1)
     out_name = name if match == "prompts" else f"{name}-interactions"
     t0 = time.perf_counter()
+    backend: dict = {}
     records = run_jobs(
-        jobs, out, workers=workers, progress=not getattr(args, "quiet", False), desc=out_name
+        jobs,
+        out,
+        workers=workers,
+        progress=not getattr(args, "quiet", False),
+        desc=out_name,
+        backend=getattr(args, "backend", None) or "local",
+        ray_address=getattr(args, "ray_address", None),
+        info=backend,
     )
     summaries = summarize_jobs(jobs, records, args.steps)
     config = {
@@ -748,7 +628,7 @@ def run_experiment(name: str, args: argparse.Namespace) -> dict:
         "settings": [{"label": s.label, "env": s.env, "agent": s.agent} for s in settings],
         "final_window": min(FINAL_WINDOW, args.steps),
         "takeoff_error": TAKEOFF_ERROR,
-        "workers": workers,
+        **backend,
         "cache": str(out / "cache" / name),
         "code_version": code_version(),
         "stale_cached_jobs": sorted(
@@ -861,18 +741,24 @@ def markdown(result: dict, exp: TokenExperiment) -> str:
 
 
 def plot(result: dict, path: Path) -> None:
-    """Per setting: error (log) and gradient norm (log) curves, mean +- s.e. over seeds."""
+    """Per setting: error (log) and gradient norm (log) curves, mean +- s.e. over seeds.
+
+    A sweep experiment (``TokenExperiment.sweep``) gets one more panel: final error (%)
+    against the swept setting, mean +- s.e. over seeds, log-log.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     settings = list(result.get("setting_order") or next(iter(result["methods"].values())))
+    exp = TOKEN_EXPERIMENTS.get(result["experiment"].removesuffix("-interactions"))
+    sweep = exp.sweep if exp is not None and len(settings) > 1 else None
     ncols = min(4, len(settings))
     nblocks = math.ceil(len(settings) / ncols)
-    fig, axes = plt.subplots(
-        2 * nblocks, ncols, figsize=(4.2 * ncols, 6.4 * nblocks), squeeze=False
-    )
+    nrows = 2 * nblocks + (1 if sweep else 0)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), squeeze=False)
+    colors: dict[str, str] = {}
     for i, s in enumerate(settings):
         ax_e = axes[2 * (i // ncols), i % ncols]
         ax_g = axes[2 * (i // ncols) + 1, i % ncols]
@@ -880,7 +766,8 @@ def plot(result: dict, path: Path) -> None:
             c = per[s]["curves"]
             x = np.asarray(c["steps"])
             mean, se = np.asarray(c["error_mean"]), np.asarray(c["error_se"])
-            (line,) = ax_e.plot(x, np.maximum(mean, 1e-4), label=label(m), lw=1)
+            (line,) = ax_e.plot(x, np.maximum(mean, 1e-4), label=label(m), lw=1, color=colors.get(m))
+            colors[m] = line.get_color()
             ax_e.fill_between(
                 x,
                 np.maximum(mean - se, 1e-4),
@@ -890,23 +777,60 @@ def plot(result: dict, path: Path) -> None:
             )
             g = np.asarray(c["grad_norm_mean"])
             ax_g.plot(x, np.maximum(g, 1e-8), color=line.get_color(), lw=1)
+            if "grad_norm_se" in c:
+                gse = np.asarray(c["grad_norm_se"])
+                ax_g.fill_between(
+                    x,
+                    np.maximum(g - gse, 1e-8),
+                    np.maximum(g + gse, 1e-8),
+                    alpha=0.2,
+                    color=line.get_color(),
+                )
         ax_e.set_yscale("log")
         ax_e.axhline(0.01, color="grey", lw=0.8, ls=":")
         ax_e.set_title(s)
         ax_e.set_ylabel("error (training batch)")
         ax_g.set_yscale("log")
         ax_g.set_ylabel("gradient norm")
-        ax_g.set_xlabel("iteration")
+        ax_g.set_xlabel("episode (iteration)")
         if i == 0:
             ax_e.legend(fontsize=7)
     for j in range(len(settings), nblocks * ncols):
         axes[2 * (j // ncols), j % ncols].axis("off")
         axes[2 * (j // ncols) + 1, j % ncols].axis("off")
+    if sweep:
+        _plot_sweep(axes[-1, 0], result, settings, sweep, colors)
+        for ax in axes[-1, 1:]:
+            ax.axis("off")
     fig.suptitle(result["experiment"])
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _plot_sweep(ax, result: dict, settings: list[str], sweep: tuple[str, str], colors: dict) -> None:
+    """Final error (%) against the swept agent setting, mean +- s.e. (log-log)."""
+    axis_label, key = sweep
+    agents = {c["label"]: c["agent"] for c in result["config"].get("settings", [])}
+    xs = [agents.get(s, {}).get(key) for s in settings]
+    if any(x is None for x in xs):
+        ax.axis("off")
+        return
+    for m, per in result["methods"].items():
+        y = np.array([100 * per[s]["final_error"] for s in settings])
+        yerr = np.array([100 * per[s]["final_error_se"] for s in settings])
+        ax.errorbar(
+            xs, np.maximum(y, 1e-3), yerr=yerr, marker="o", capsize=3, label=label(m), color=colors.get(m)
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"{x:g}" for x in xs])
+    ax.set_xlabel(axis_label)
+    ax.set_ylabel(f"final error % (last {result['config'].get('final_window', '?')})")
+    ax.set_title(f"final error vs {axis_label}")
+    ax.legend(fontsize=7)
 
 
 def write_outputs(

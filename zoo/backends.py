@@ -1,0 +1,382 @@
+"""Where sweep jobs run: processes on this machine (``local``) or a Ray cluster (``ray``).
+
+A backend runs independent tasks ``fn(*args)`` and hands their results back as they
+finish. Every backend has the same small interface::
+
+    with make_backend("ray", workers=4, address="auto") as backend:
+        handles = [backend.submit(fn, job) for job in jobs]
+        for handle in backend.as_completed(handles):
+            record = backend.result(handle)  # re-raises the task's error
+
+* :class:`LocalBackend` with ``workers == 1`` runs the tasks here, one after the other
+  (so a test can monkeypatch the task function); with ``workers > 1`` it uses a
+  ``ProcessPoolExecutor``.
+* :class:`RayBackend` submits one Ray task (``num_cpus=1``) per job, to the cluster at
+  ``address`` (``ray.init(address=...)``: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``)
+  or, when none is given, to a local Ray instance with ``num_cpus=workers``. If Ray is
+  already initialised in this process, that instance is used (and left running).
+
+Every backend runs a task with one torch thread, so results do not depend on the
+backend or the number of workers. Ray is an optional extra (``pip install tpo[ray]``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import socket
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any
+
+BACKENDS: tuple[str, ...] = ("local", "ray")
+"""Backend names accepted by :func:`make_backend` and ``--backend``."""
+
+CONNECT_TIMEOUT = 5.0
+"""Seconds to wait for a TCP connection to a Ray address before giving up."""
+
+
+class BackendError(RuntimeError):
+    """A backend cannot be used: Ray is not installed, or its cluster cannot be reached."""
+
+
+@contextlib.contextmanager
+def single_torch_thread() -> Iterator[None]:
+    """Run the body with one torch thread (restored afterwards)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def call_single_threaded(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` with one torch thread: the entry point of worker processes and Ray tasks."""
+    with single_torch_thread():
+        return fn(*args)
+
+
+class Backend(ABC):
+    """Runs independent tasks and reports them as they finish (see the module docstring)."""
+
+    name: str = ""
+    in_process: bool = False
+    """True when tasks run in this process, one after the other (progress sinks may be
+    plain Python objects)."""
+
+    def __init__(self, workers: int = 1) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be a positive integer; got {workers!r}")
+        self.workers = workers
+
+    def __enter__(self) -> Backend:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(cancel=exc_type is not None)
+
+    def start(self) -> None:  # noqa: B027  (optional hook)
+        """Acquire resources (processes, a Ray connection)."""
+
+    def close(self, cancel: bool = False) -> None:  # noqa: B027  (optional hook)
+        """Release resources; ``cancel``: drop tasks that have not finished."""
+
+    @abstractmethod
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Schedule ``fn(*args)``; returns a handle for :meth:`wait` and :meth:`result`."""
+
+    @abstractmethod
+    def wait(self, handles: Sequence[Any], timeout: float) -> tuple[list[Any], list[Any]]:
+        """``(done, pending)`` after at most ``timeout`` seconds (at least one done if any)."""
+
+    @abstractmethod
+    def result(self, handle: Any) -> Any:
+        """The value of a finished task (re-raises the task's exception)."""
+
+    def progress_mapping(self) -> MutableMapping | None:
+        """A mapping tasks may write live progress to (read by the caller), or None."""
+        return None
+
+    def describe(self) -> dict:
+        """What to record in a result's config."""
+        return {"backend": self.name, "workers": self.workers}
+
+    def as_completed(
+        self,
+        handles: Iterable[Any],
+        poll: float = 1.0,
+        on_poll: Callable[[], None] | None = None,
+    ) -> Iterator[Any]:
+        """Yield each handle once its task has finished, in completion order.
+
+        ``on_poll`` is called every ``poll`` seconds or so while tasks are running (to
+        refresh a progress display).
+        """
+        pending = list(handles)
+        while pending:
+            done, pending = self.wait(pending, poll)
+            yield from done
+            if on_poll is not None and pending:
+                on_poll()
+
+
+# ------------------------------------------------------------------------------ local
+
+
+class _InlineTask:
+    """A task of the in-process backend: run when first waited for."""
+
+    def __init__(self, fn: Callable[..., Any], args: tuple) -> None:
+        self.fn, self.args = fn, args
+        self.done = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with single_torch_thread():
+                self.value = self.fn(*self.args)
+        except Exception as exc:  # reported by result(), like a future
+            self.error = exc
+        self.done = True
+
+
+class LocalBackend(Backend):
+    """Processes on this machine: in this process (``workers == 1``) or a process pool.
+
+    ``context``: the multiprocessing start method of the pool (``"spawn"`` or
+    ``"forkserver"``; never ``"fork"``, since the parent may hold torch threads);
+    ``preload``: modules the fork server imports once (forkserver only).
+    """
+
+    name = "local"
+
+    def __init__(self, workers: int = 1, context: str = "spawn", preload: Sequence[str] = ()):
+        super().__init__(workers)
+        if context not in ("spawn", "forkserver"):
+            raise ValueError(f"context must be 'spawn' or 'forkserver'; got {context!r}")
+        self.context = context
+        self.preload = tuple(preload)
+        self.in_process = workers <= 1
+        self._pool: ProcessPoolExecutor | None = None
+        self._manager = None
+
+    def _mp_context(self) -> multiprocessing.context.BaseContext:
+        if self.context == "forkserver" and "forkserver" in multiprocessing.get_all_start_methods():
+            ctx = multiprocessing.get_context("forkserver")
+            if self.preload:
+                ctx.set_forkserver_preload(list(self.preload))
+            return ctx
+        return multiprocessing.get_context("spawn")
+
+    def start(self) -> None:
+        if not self.in_process and self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=self._mp_context())
+
+    def close(self, cancel: bool = False) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=cancel)
+            self._pool = None
+        if self._manager is not None:
+            self._manager.shutdown()
+            self._manager = None
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self.in_process:
+            return _InlineTask(fn, args)
+        if self._pool is None:
+            raise RuntimeError("LocalBackend.submit called outside its 'with' block")
+        return self._pool.submit(call_single_threaded, fn, *args)
+
+    def wait(self, handles: Sequence[Any], timeout: float) -> tuple[list[Any], list[Any]]:
+        if self.in_process:
+            done = [h for h in handles if h.done]
+            pending = [h for h in handles if not h.done]
+            if not done and pending:
+                pending[0].run()
+                done, pending = [pending[0]], pending[1:]
+            return done, pending
+        done, pending = wait(handles, timeout=timeout, return_when=FIRST_COMPLETED)
+        order = {id(h): i for i, h in enumerate(handles)}
+        return sorted(done, key=lambda h: order[id(h)]), sorted(pending, key=lambda h: order[id(h)])
+
+    def result(self, handle: Any) -> Any:
+        if isinstance(handle, Future):
+            return handle.result()
+        if not handle.done:
+            handle.run()
+        if handle.error is not None:
+            raise handle.error
+        return handle.value
+
+    def progress_mapping(self) -> MutableMapping | None:
+        """A ``Manager().dict()`` shared with the pool's workers (None in process)."""
+        if self.in_process:
+            return None
+        if self._manager is None:
+            self._manager = self._mp_context().Manager()
+        return self._manager.dict()
+
+
+# -------------------------------------------------------------------------------- ray
+
+
+def import_ray():
+    """The ``ray`` module, or a :class:`BackendError` that says how to install it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise BackendError(
+            f"--backend ray needs the 'ray' package, which is not installed ({exc}); "
+            "install the optional extra with `pip install 'tpo[ray]'` (or `pip install 'ray[default]'`)"
+        ) from None
+    return ray
+
+
+def parse_ray_address(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a Ray address, or None for ``"auto"``.
+
+    Accepted forms: ``auto``, ``HOST:PORT`` (the GCS address printed by ``ray start
+    --head``) and ``ray://HOST:PORT`` (Ray Client). Anything else is a ValueError.
+    """
+    if not isinstance(address, str) or not address.strip():
+        raise ValueError(f"a Ray address must be 'auto', HOST:PORT or ray://HOST:PORT; got {address!r}")
+    text = address.strip()
+    if text == "auto":
+        return None
+    rest = text.removeprefix("ray://")
+    host, sep, port_text = rest.rpartition(":")
+    host = host.strip("[]")  # [IPv6]:port
+    if not sep or not host or "/" in rest or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(
+            f"a Ray address must be 'auto', HOST:PORT or ray://HOST:PORT with a port in "
+            f"1..65535; got {address!r}"
+        )
+    return host, int(port_text)
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Raise :class:`BackendError` unless a TCP connection to ``address`` opens in time.
+
+    (``ray.init`` itself would wait about two minutes and then exit the process.)
+    """
+    hostport = parse_ray_address(address)
+    if hostport is None:
+        return
+    try:
+        with socket.create_connection(hostport, timeout=timeout):
+            pass
+    except OSError as exc:
+        raise BackendError(
+            f"cannot reach a Ray cluster at {address!r} ({exc}); start one with "
+            "`ray start --head` and pass the address it prints (or 'auto' on a cluster node), "
+            "or omit --ray-address to start a local Ray instance"
+        ) from None
+
+
+class RayBackend(Backend):
+    """One Ray task (one CPU, one torch thread) per job.
+
+    ``address``: the cluster to join (``ray.init(address=address)``); None starts a local
+    Ray instance with ``num_cpus=workers`` (or joins ``$RAY_ADDRESS`` when that is set).
+    """
+
+    name = "ray"
+
+    def __init__(self, workers: int = 1, address: str | None = None) -> None:
+        super().__init__(workers)
+        if address is not None:
+            parse_ray_address(address)
+        self.address = address
+        self._ray = None
+        self._remote = None
+        self._owned = False
+
+    def start(self) -> None:
+        ray = import_ray()
+        self._ray = ray
+        if not ray.is_initialized():
+            address = self.address or os.environ.get("RAY_ADDRESS") or None
+            if address is not None:
+                check_reachable(address)
+                try:
+                    ray.init(address=address)
+                except (ConnectionError, RuntimeError, ValueError) as exc:
+                    raise BackendError(f"could not join the Ray cluster at {address!r}: {exc}") from None
+            else:
+                ray.init(num_cpus=self.workers, include_dashboard=False)
+            self._owned = True
+        self._remote = ray.remote(num_cpus=1)(call_single_threaded)
+
+    def close(self, cancel: bool = False) -> None:
+        self._remote = None
+        if self._ray is not None and self._owned:
+            self._ray.shutdown()
+            self._owned = False
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self._remote is None:
+            raise RuntimeError("RayBackend.submit called outside its 'with' block")
+        return self._remote.remote(fn, *args)
+
+    def wait(self, handles: Sequence[Any], timeout: float) -> tuple[list[Any], list[Any]]:
+        ray = self._ray
+        handles = list(handles)
+        done, _ = ray.wait(handles, num_returns=1, timeout=timeout)
+        if done:  # collect every other finished task too
+            done, _ = ray.wait(handles, num_returns=len(handles), timeout=0)
+        finished = {h for h in done}
+        return [h for h in handles if h in finished], [h for h in handles if h not in finished]
+
+    def result(self, handle: Any) -> Any:
+        return self._ray.get(handle)
+
+    def describe(self) -> dict:
+        info = super().describe()
+        info["ray_address"] = self.address
+        if self._ray is not None and self._ray.is_initialized():
+            info["ray_cluster_cpus"] = self._ray.cluster_resources().get("CPU")
+        return info
+
+
+# ---------------------------------------------------------------------------- factory
+
+
+def check_backend_args(name: str, address: str | None = None) -> None:
+    """Validate a backend choice without connecting to anything.
+
+    Raises ValueError for an unknown backend name, an address given with ``local`` or a
+    malformed address, and :class:`BackendError` when ``ray`` is chosen but not installed.
+    """
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; expected one of {BACKENDS}")
+    if name == "local" and address is not None:
+        raise ValueError(f"--ray-address ({address!r}) applies to --backend ray only")
+    if name == "ray":
+        if address is not None:
+            parse_ray_address(address)
+        import_ray()
+
+
+def make_backend(
+    name: str = "local",
+    workers: int = 1,
+    address: str | None = None,
+    context: str = "spawn",
+    preload: Sequence[str] = (),
+) -> Backend:
+    """A :class:`LocalBackend` or :class:`RayBackend` (not started: use it in a ``with``).
+
+    ``context`` and ``preload`` configure the local process pool; ``address`` the Ray
+    cluster. See :func:`check_backend_args` for the errors.
+    """
+    check_backend_args(name, address)
+    if name == "local":
+        return LocalBackend(workers, context=context, preload=preload)
+    return RayBackend(workers, address=address)
