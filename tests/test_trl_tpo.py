@@ -63,10 +63,26 @@ def test_first_iteration_target_uses_current_logps_and_zero_variance_group_has_z
     grad, out = _grad_wrt_sequence_logps(per_token, mask, u=u)  # old = detached current
     grad = grad.reshape(-1, K)
     assert torch.equal(out.zero_variance, torch.tensor([True, False, True]))
-    assert torch.allclose(grad[0], torch.zeros(K, dtype=grad.dtype), atol=1e-7)
-    assert torch.allclose(grad[2], torch.zeros(K, dtype=grad.dtype), atol=1e-7)
+    assert torch.equal(grad[0], torch.zeros(K, dtype=grad.dtype))  # exactly 0: Adam sees nothing
+    assert torch.equal(grad[2], torch.zeros(K, dtype=grad.dtype))
+    assert out.active.tolist() == [False, True, False]
     assert grad[1, 1] < 0 < grad[1, 0]  # the rewarded completion gains log-prob (loss is minimised)
     assert out.kl_target_old[0].item() == pytest.approx(0.0, abs=1e-7)
+    # A later iteration (old log-probs given, policy moved): the zero-variance group pulls back
+    # towards p_old, gradient (p - p_old) / G.
+    old = per_token + 0.2 * mask * torch.linspace(-1, 1, per_token.shape[0], dtype=per_token.dtype)[:, None]
+    grad, out = _grad_wrt_sequence_logps(per_token, mask, u=u, old_per_token_logps=old)
+    seq, seq_old = ((x * mask).sum(-1).reshape(-1, K) for x in (per_token, old))
+    expected = (torch.softmax(seq[0], -1) - torch.softmax(seq_old[0], -1)) / 3
+    assert out.active.all() and torch.allclose(grad.reshape(-1, K)[0], expected, atol=1e-6)
+    assert expected.abs().max() > 1e-3
+
+
+def test_all_zero_variance_batch_gives_an_exactly_zero_gradient():
+    per_token, mask = _token_batch()
+    u, _ = standardize_group_rewards(torch.zeros(3 * K, 1), K)
+    grad, out = _grad_wrt_sequence_logps(per_token, mask, u=u)
+    assert not out.active.any() and torch.equal(grad, torch.zeros_like(grad))
 
 
 def test_unscored_and_fully_masked_completions_leave_their_group():

@@ -165,6 +165,9 @@ class TPOLossOutput:
     """``[G]`` bool: the group's standardized scores are all 0."""
     kept: torch.Tensor
     """``[G]`` bool: the group has at least one valid completion."""
+    active: torch.Tensor
+    """``[G]`` bool: the group enters the loss (kept, and not a zero-variance group on the
+    rollout policy, whose exact gradient is 0)."""
 
 
 def tpo_group_loss(
@@ -214,13 +217,22 @@ def tpo_group_loss(
     n_groups = logp_g.shape[0]
     q = torch.zeros_like(logp_g)
     zero_variance = (u_g.abs() * valid_g).amax(-1) == 0
+    # On the rollout policy (no old log-probs given), a zero-variance group has q = p exactly,
+    # hence zero gradient; computed in floating point it leaves ulp-level noise, which Adam
+    # would blow up into learning-rate-sized steps. Such groups are skipped (exact zero).
+    # With old log-probs (a later iteration) their gradient p - p_old is real: they stay.
+    active = kept & ~zero_variance if (old_per_token_logps is None and anchor) else kept
     if not kept.any():  # nothing scored: keep the graph, move nothing
         empty = logp_g.new_zeros(0)
-        return TPOLossOutput((logp * 0.0).sum(), q, empty, empty, empty, zero_variance, kept)
+        return TPOLossOutput((logp * 0.0).sum(), q, empty, empty, empty, zero_variance, kept, active)
     lg, og, ug, mg = logp_g[kept], old_g[kept], u_g[kept], valid_g[kept]
     q_kept = obj.tpo_target(og, ug, eta=eta, anchor=anchor, mask=mg)
-    loss = obj.tpo_loss(lg, q_kept, mask=mg) * (lg.shape[0] / n_groups)
     q[kept] = q_kept
+    if active.any():
+        loss = obj.tpo_loss(logp_g[active], q[active], mask=valid_g[active])
+        loss = loss * (int(active.sum()) / n_groups)
+    else:
+        loss = (logp * 0.0).sum()
     with torch.no_grad():
         return TPOLossOutput(
             loss=loss,
@@ -230,4 +242,5 @@ def tpo_group_loss(
             kl_target_current=obj.kl_divergence(q_kept, lg.detach(), mask=mg),
             zero_variance=zero_variance,
             kept=kept,
+            active=active,
         )

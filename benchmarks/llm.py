@@ -1,0 +1,339 @@
+"""LLM benchmark on a tiny offline model: seconds per training step and reward after N steps.
+
+What is compared (one training step = sample K completions for each of B prompts, score them,
+one gradient update; same model, prompts, K, sequence lengths, learning rate, Adam, gradient
+clipping at norm 1 and a constant learning rate everywhere):
+
+* ``tpo`` / ``grpo``: our ``TPO`` / ``GRPO`` agents on ``CausalLMPolicy`` (``n_epochs=1``);
+* ``trl_grpo``: TRL's ``GRPOTrainer`` (its defaults: ``loss_type="dapo"``, ``beta=0``);
+* ``trl_tpo``: our ``tpo_agents.trl.TPOTrainer`` (the same trainer with TPO's loss).
+
+The model is :func:`tpo_agents.llm.tiny.build_tiny_causal_lm` (random 2-layer Llama,
+character tokenizer, chat template), saved to a folder and loaded from it by every
+implementation; the task is ``TinyArithmetic-v0`` (``"3+4="``: reward 1 iff the first
+character of the completion is the answer digit), one prompt per problem.
+
+How it is measured
+
+* **step time**: seed 0, ``--warmup`` steps discarded, then the median wall time of
+  ``--timing-steps`` steps (generation + scoring + forward/backward + optimizer step), with
+  ``--threads`` torch threads; reported with the ratio to TRL's GRPO step;
+* **reward after N steps**: ``--reward-steps`` steps per seed (the model's initial weights
+  are drawn with the same seed), reporting the mean training reward over the last
+  ``--window`` steps and the greedy accuracy over all prompts after training (mean and
+  standard deviation over ``--seeds``).
+
+Usage (from the repository root)::
+
+    python benchmarks/llm.py                                   # defaults below, all rows
+    python benchmarks/llm.py --impls trl_grpo trl_tpo --reward-steps 20 --seeds 0
+    python benchmarks/llm.py --skip-reward --timing-steps 3
+
+It writes ``--out`` (JSON with the config, per-step times and per-seed rewards) and a
+markdown table next to it (same name, ``.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import gymnasium as gym  # noqa: E402
+import torch  # noqa: E402
+
+import tpo_gym  # noqa: E402, F401
+from zoo.cli import positive_int  # noqa: E402
+
+IMPLS = ("tpo", "grpo", "trl_grpo", "trl_tpo")
+LABELS = {
+    "tpo": "our TPO (CausalLMPolicy)",
+    "grpo": "our GRPO (CausalLMPolicy)",
+    "trl_grpo": "TRL GRPOTrainer",
+    "trl_tpo": "our TRL TPOTrainer",
+}
+
+
+@dataclass
+class Setup:
+    """The shared work of one training step."""
+
+    task: str = "TinyArithmetic-v0"
+    prompts: int = 16
+    k: int = 8
+    max_new_tokens: int = 8
+    learning_rate: float = 3e-3
+    temperature: float = 1.0
+    max_grad_norm: float = 1.0
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def build_model(directory: Path, seed: int) -> str:
+    """Save the tiny model with weights drawn from ``seed``; return its folder."""
+    from tpo_agents.llm.tiny import build_tiny_causal_lm
+
+    path = directory / f"tiny-seed{seed}"
+    if not (path / "config.json").exists():
+        build_tiny_causal_lm(path, seed=seed)
+    return str(path)
+
+
+def evaluate(model, tokenizer, env, setup: Setup) -> float:
+    from tpo_agents.trl.prompts import greedy_accuracy
+
+    return greedy_accuracy(model, tokenizer, env, max_new_tokens=setup.max_new_tokens)
+
+
+# ------------------------------------------------------------------------------- TRL
+
+
+def run_trl(algo: str, setup: Setup, model_path: str, steps: int, seed: int, workdir: Path,
+            evaluate_after: bool) -> dict:
+    """Train with TRL's GRPOTrainer (``algo="grpo"``) or our TPOTrainer (``"tpo"``)."""
+    from transformers import AutoTokenizer, TrainerCallback
+    from transformers.utils import logging as hf_logging
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tpo_agents.trl import TPOConfig, TPOTrainer
+    from tpo_agents.trl.prompts import PromptEnvReward, prompt_env_dataset
+
+    hf_logging.set_verbosity_error()
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.seconds: list[float] = []
+            self._start = 0.0
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self._start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.seconds.append(time.perf_counter() - self._start)
+
+    env = gym.make(setup.task)
+    config_cls, trainer_cls = (TPOConfig, TPOTrainer) if algo == "tpo" else (GRPOConfig, GRPOTrainer)
+    args = config_cls(
+        output_dir=str(workdir / f"trl-{algo}-{seed}"),
+        per_device_train_batch_size=setup.prompts * setup.k,
+        num_generations=setup.k,
+        max_completion_length=setup.max_new_tokens,
+        temperature=setup.temperature,
+        learning_rate=setup.learning_rate,
+        lr_scheduler_type="constant",
+        max_grad_norm=setup.max_grad_norm,
+        max_steps=steps,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=not torch.cuda.is_available(),
+        seed=seed,
+        disable_tqdm=True,
+    )
+    timer = StepTimer()
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    trainer = trainer_cls(
+        model=model_path,
+        reward_funcs=PromptEnvReward(env),
+        args=args,
+        train_dataset=prompt_env_dataset(env),
+        processing_class=tokenizer,
+        callbacks=[timer],
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    out = {
+        "step_seconds": timer.seconds,
+        "rewards": [h["reward"] for h in logs],
+        "completion_length": [h.get("completions/mean_length") for h in logs],
+    }
+    if evaluate_after:
+        out["greedy_accuracy"] = evaluate(trainer.model, tokenizer, env, setup)
+    return out
+
+
+# -------------------------------------------------------------------------- runners
+
+
+RUNNERS = {
+    "trl_grpo": lambda *a, **kw: run_trl("grpo", *a, **kw),
+    "trl_tpo": lambda *a, **kw: run_trl("tpo", *a, **kw),
+}
+
+
+def available_impls() -> list[str]:
+    return [impl for impl in IMPLS if impl in RUNNERS]
+
+
+def timing(impls, setup: Setup, warmup: int, steps: int, workdir: Path) -> dict:
+    model_path = build_model(workdir, 0)
+    results = {}
+    for impl in impls:
+        run = RUNNERS[impl](setup, model_path, warmup + steps, 0, workdir, evaluate_after=False)
+        measured = run["step_seconds"][warmup:]
+        lengths = [x for x in run["completion_length"][warmup:] if x is not None]
+        results[impl] = {
+            "step_seconds": measured,
+            "median_seconds": statistics.median(measured),
+            "mean_completion_tokens": statistics.mean(lengths) if lengths else None,
+        }
+        print(f"[timing] {impl}: median {results[impl]['median_seconds']:.3f} s/step", flush=True)
+    base = results.get("trl_grpo", {}).get("median_seconds")
+    for row in results.values():
+        row["ratio_to_trl_grpo"] = row["median_seconds"] / base if base else None
+    return results
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def reward(impls, setup: Setup, steps: int, seeds, window: int, workdir: Path) -> dict:
+    results = {}
+    for impl in impls:
+        per_seed = []
+        for seed in seeds:
+            run = RUNNERS[impl](setup, build_model(workdir, seed), steps, seed, workdir, evaluate_after=True)
+            last = run["rewards"][-window:]
+            per_seed.append({
+                "seed": seed,
+                "final_reward": sum(last) / len(last),
+                "greedy_accuracy": run["greedy_accuracy"],
+                "rewards": run["rewards"],
+            })
+            print(f"[reward] {impl} seed {seed}: final reward {per_seed[-1]['final_reward']:.3f}, "
+                  f"greedy accuracy {run['greedy_accuracy']:.3f}", flush=True)
+        fr = _mean_std([s["final_reward"] for s in per_seed])
+        acc = _mean_std([s["greedy_accuracy"] for s in per_seed])
+        results[impl] = {"seeds": per_seed, "final_reward_mean": fr[0], "final_reward_std": fr[1],
+                         "greedy_accuracy_mean": acc[0], "greedy_accuracy_std": acc[1]}
+    return results
+
+
+# -------------------------------------------------------------------------- output
+
+
+def markdown(result: dict) -> str:
+    cfg = result["config"]
+    s = cfg["setup"]
+    lines = [
+        "# LLM benchmark (tiny offline Llama, TinyArithmetic-v0)",
+        "",
+        f"`python benchmarks/llm.py {' '.join(cfg['argv'])}`".replace(" `", "`"),
+        "",
+        f"One step: {s['prompts']} prompts x K = {s['k']} completions of at most "
+        f"{s['max_new_tokens']} tokens, one update (lr {s['learning_rate']}, constant, grad-norm clip "
+        f"{s['max_grad_norm']}); {cfg['threads']} torch thread(s), device {cfg['device']}.",
+        "",
+    ]
+    if result.get("timing"):
+        lines += ["| implementation | s / step (median) | ratio to TRL GRPO | mean completion tokens |",
+                  "|---|---|---|---|"]
+        for impl, row in result["timing"].items():
+            ratio = "-" if row["ratio_to_trl_grpo"] is None else f"{row['ratio_to_trl_grpo']:.2f}"
+            tokens = "-" if row["mean_completion_tokens"] is None else f"{row['mean_completion_tokens']:.1f}"
+            lines.append(f"| {LABELS[impl]} | {row['median_seconds']:.3f} | {ratio} | {tokens} |")
+        lines.append("")
+    if result.get("reward"):
+        n = cfg["reward_steps"]
+        lines += [f"Reward after {n} steps (mean +- std over seeds {cfg['seeds']}; training reward = "
+                  f"mean batch reward of the last {cfg['window']} steps; greedy accuracy over all prompts):",
+                  "",
+                  "| implementation | training reward | greedy accuracy |", "|---|---|---|"]
+        for impl, row in result["reward"].items():
+            lines.append(f"| {LABELS[impl]} | {row['final_reward_mean']:.3f} +- {row['final_reward_std']:.3f} "
+                         f"| {row['greedy_accuracy_mean']:.3f} +- {row['greedy_accuracy_std']:.3f} |")
+        lines.append("")
+    missing = [impl for impl in IMPLS if impl not in cfg["impls"]]
+    if missing:
+        lines += [f"Not run: {', '.join(LABELS[m] for m in missing)}.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--impls", nargs="+", default=None, choices=IMPLS,
+                        help="implementations to run (default: every available one)")
+    parser.add_argument("--prompts", type=positive_int, default=Setup.prompts, help="prompts per step (B)")
+    parser.add_argument("--k", type=positive_int, default=Setup.k, help="completions per prompt (K >= 2)")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=Setup.max_new_tokens)
+    parser.add_argument("--lr", type=float, default=Setup.learning_rate)
+    parser.add_argument("--warmup", type=int, default=2, help="timing steps discarded")
+    parser.add_argument("--timing-steps", type=positive_int, default=10)
+    parser.add_argument("--reward-steps", type=positive_int, default=100)
+    parser.add_argument("--window", type=positive_int, default=10)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--threads", type=positive_int, default=1)
+    parser.add_argument("--skip-timing", action="store_true")
+    parser.add_argument("--skip-reward", action="store_true")
+    parser.add_argument("--workdir", type=Path, default=None, help="model folders (default: a temp dir)")
+    parser.add_argument("--out", type=Path, default=Path("docs/results/llm-benchmark.json"))
+    args = parser.parse_args(argv)
+    if args.k < 2:
+        parser.error(f"--k must be >= 2 (a group needs two completions); got {args.k}")
+    if args.warmup < 0:
+        parser.error(f"--warmup must be >= 0; got {args.warmup}")
+    impls = args.impls or available_impls()
+    unavailable = [impl for impl in impls if impl not in RUNNERS]
+    if unavailable:
+        parser.error(f"not available in this checkout: {unavailable}")
+    setup = Setup(prompts=args.prompts, k=args.k, max_new_tokens=args.max_new_tokens, learning_rate=args.lr)
+    torch.set_num_threads(args.threads)
+    result = {
+        "config": {
+            "argv": list(argv) if argv is not None else __import__("sys").argv[1:],
+            "setup": asdict(setup),
+            "impls": impls,
+            "warmup": args.warmup,
+            "timing_steps": args.timing_steps,
+            "reward_steps": args.reward_steps,
+            "window": args.window,
+            "seeds": args.seeds,
+            "threads": args.threads,
+            "device": "cuda" if torch.cuda.is_available() else "cpu",
+            "versions": _versions(),
+            "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        }
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = args.workdir or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        if not args.skip_timing:
+            result["timing"] = timing(impls, setup, args.warmup, args.timing_steps, workdir)
+        if not args.skip_reward:
+            result["reward"] = reward(impls, setup, args.reward_steps, args.seeds, args.window, workdir)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1, default=_json_default) + "\n")
+    args.out.with_suffix(".md").write_text(markdown(result))
+    print(markdown(result))
+    return result
+
+
+def _versions() -> dict:
+    import transformers
+    import trl
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__}
+
+
+def _json_default(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+if __name__ == "__main__":
+    main()
