@@ -11,7 +11,9 @@ clipping at norm 1 and a constant learning rate everywhere):
 The model is :func:`tpo_agents.llm.tiny.build_tiny_causal_lm` (random 2-layer Llama,
 character tokenizer, chat template), saved to a folder and loaded from it by every
 implementation; the task is ``TinyArithmetic-v0`` (``"3+4="``: reward 1 iff the first
-character of the completion is the answer digit), one prompt per problem.
+character of the completion is the answer digit), by default its first 10 sums
+(``--task-size 10 --operations +``, the task of ``CausalLMPolicy``'s learning test); prompts
+are drawn uniformly (with replacement by our agents, by shuffled passes in TRL).
 
 How it is measured
 
@@ -41,6 +43,7 @@ import math
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 import warnings
@@ -69,6 +72,8 @@ class Setup:
     """The shared work of one training step."""
 
     task: str = "TinyArithmetic-v0"
+    task_size: int | None = 10
+    operations: str = "+"
     prompts: int = 16
     k: int = 8
     max_new_tokens: int = 8
@@ -80,6 +85,11 @@ class Setup:
 # ----------------------------------------------------------------------------- model
 
 
+def make_env(setup: Setup):
+    """The task env: ``TinyArithmetic-v0`` with ``task_size`` problems of ``operations``."""
+    return gym.make(setup.task, size=setup.task_size, operations=setup.operations)
+
+
 def build_model(directory: Path, seed: int) -> str:
     """Save the tiny model with weights drawn from ``seed``; return its folder."""
     from tpo_agents.llm.tiny import build_tiny_causal_lm
@@ -88,6 +98,13 @@ def build_model(directory: Path, seed: int) -> str:
     if not (path / "config.json").exists():
         build_tiny_causal_lm(path, seed=seed)
     return str(path)
+
+
+def _dataset_indices(env, setup: Setup) -> list[int]:
+    """Every problem, repeated so that a TRL epoch holds several batches of ``prompts``
+    (TRL drops incomplete batches; our agents draw problems with replacement)."""
+    n = len(env.unwrapped.prompts)
+    return list(range(n)) * max(1, math.ceil(4 * setup.prompts / n))
 
 
 def evaluate(model, tokenizer, env, setup: Setup) -> float:
@@ -102,7 +119,7 @@ def evaluate(model, tokenizer, env, setup: Setup) -> float:
 def run_trl(algo: str, setup: Setup, model_path: str, steps: int, seed: int, workdir: Path,
             evaluate_after: bool) -> dict:
     """Train with TRL's GRPOTrainer (``algo="grpo"``) or our TPOTrainer (``"tpo"``)."""
-    from transformers import AutoTokenizer, TrainerCallback
+    from transformers import AutoTokenizer, PrinterCallback, TrainerCallback
     from transformers.utils import logging as hf_logging
     from trl import GRPOConfig, GRPOTrainer
 
@@ -122,7 +139,7 @@ def run_trl(algo: str, setup: Setup, model_path: str, steps: int, seed: int, wor
         def on_step_end(self, args, state, control, **kwargs):
             self.seconds.append(time.perf_counter() - self._start)
 
-    env = gym.make(setup.task)
+    env = make_env(setup)
     config_cls, trainer_cls = (TPOConfig, TPOTrainer) if algo == "tpo" else (GRPOConfig, GRPOTrainer)
     args = config_cls(
         output_dir=str(workdir / f"trl-{algo}-{seed}"),
@@ -147,10 +164,11 @@ def run_trl(algo: str, setup: Setup, model_path: str, steps: int, seed: int, wor
         model=model_path,
         reward_funcs=PromptEnvReward(env),
         args=args,
-        train_dataset=prompt_env_dataset(env),
+        train_dataset=prompt_env_dataset(env, _dataset_indices(env, setup)),
         processing_class=tokenizer,
         callbacks=[timer],
     )
+    trainer.remove_callback(PrinterCallback)  # the per-step log dicts; the JSON keeps them
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.train()
@@ -165,17 +183,88 @@ def run_trl(algo: str, setup: Setup, model_path: str, steps: int, seed: int, wor
     return out
 
 
+# --------------------------------------------------------------------- our agents
+
+
+def ours_available() -> bool:
+    """Whether this checkout has ``CausalLMPolicy`` (our agents on a Hugging Face model)."""
+    from tpo_agents import TPO
+
+    return "CausalLMPolicy" in getattr(TPO, "policy_aliases", {})
+
+
+def run_ours(algo: str, setup: Setup, model_path: str, steps: int, seed: int, workdir: Path,
+             evaluate_after: bool) -> dict:
+    """Train our ``TPO`` / ``GRPO`` agent on ``CausalLMPolicy`` for ``steps`` iterations."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from tpo_agents import GRPO, TPO
+
+    class IterationTimer(BaseCallback):
+        """Wall time from one rollout start to the next (sampling + scoring + update)."""
+
+        def __init__(self):
+            super().__init__()
+            self.seconds: list[float] = []
+            self.rewards: list[float] = []
+            self.lengths: list[float] = []
+            self._start = None
+
+        def _close(self) -> None:
+            if self._start is not None:
+                self.seconds.append(time.perf_counter() - self._start)
+                self.rewards.append(self.model.last_train_stats["mean_score"])
+                batch = getattr(self.model, "_batch", None)  # the iteration's LMGroupBatch
+                if batch is not None and hasattr(batch, "completion_lengths"):
+                    self.lengths.append(float(batch.completion_lengths().float().mean()))
+
+        def _on_rollout_start(self) -> None:
+            self._close()
+            self._start = time.perf_counter()
+
+        def _on_training_end(self) -> None:
+            self._close()
+
+        def _on_step(self) -> bool:
+            return True
+
+    env = make_env(setup)
+    agent = (TPO if algo == "tpo" else GRPO)(
+        "CausalLMPolicy",
+        env,
+        batch_size=setup.prompts,
+        n_candidates=setup.k,
+        n_epochs=1,
+        learning_rate=setup.learning_rate,
+        max_grad_norm=setup.max_grad_norm,
+        optimizer_kwargs={"weight_decay": 0.0},  # as TRL's AdamW
+        seed=seed,
+        device="cuda" if torch.cuda.is_available() else "cpu",
+        policy_kwargs={"model": model_path, "max_new_tokens": setup.max_new_tokens,
+                       "temperature": setup.temperature},
+    )
+    timer = IterationTimer()
+    agent.learn(steps * setup.prompts * setup.k, callback=timer, log_interval=None)
+    out = {"step_seconds": timer.seconds, "rewards": timer.rewards, "completion_length": timer.lengths}
+    if evaluate_after:
+        out["greedy_accuracy"] = evaluate(agent.policy.model, agent.policy.tokenizer, env, setup)
+    return out
+
+
 # -------------------------------------------------------------------------- runners
 
 
 RUNNERS = {
+    "tpo": lambda *a, **kw: run_ours("tpo", *a, **kw),
+    "grpo": lambda *a, **kw: run_ours("grpo", *a, **kw),
     "trl_grpo": lambda *a, **kw: run_trl("grpo", *a, **kw),
     "trl_tpo": lambda *a, **kw: run_trl("tpo", *a, **kw),
 }
 
 
 def available_impls() -> list[str]:
-    return [impl for impl in IMPLS if impl in RUNNERS]
+    ours = ours_available()
+    return [impl for impl in IMPLS if ours or impl.startswith("trl_")]
 
 
 def timing(impls, setup: Setup, warmup: int, steps: int, workdir: Path) -> dict:
@@ -230,9 +319,10 @@ def markdown(result: dict) -> str:
     cfg = result["config"]
     s = cfg["setup"]
     lines = [
-        "# LLM benchmark (tiny offline Llama, TinyArithmetic-v0)",
+        f"# LLM benchmark (tiny offline Llama, TinyArithmetic-v0: {s['task_size'] or 'all'} problems, "
+        f"operations {s['operations']!r})",
         "",
-        f"`python benchmarks/llm.py {' '.join(cfg['argv'])}`".replace(" `", "`"),
+        "`" + " ".join(["python benchmarks/llm.py", *cfg["argv"]]) + "`",
         "",
         f"One step: {s['prompts']} prompts x K = {s['k']} completions of at most "
         f"{s['max_new_tokens']} tokens, one update (lr {s['learning_rate']}, constant, grad-norm clip "
@@ -267,6 +357,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--impls", nargs="+", default=None, choices=IMPLS,
                         help="implementations to run (default: every available one)")
+    parser.add_argument("--task-size", type=positive_int, default=Setup.task_size,
+                        help="TinyArithmetic-v0 problems (default 10)")
+    parser.add_argument("--operations", default=Setup.operations, help="TinyArithmetic-v0 operators")
     parser.add_argument("--prompts", type=positive_int, default=Setup.prompts, help="prompts per step (B)")
     parser.add_argument("--k", type=positive_int, default=Setup.k, help="completions per prompt (K >= 2)")
     parser.add_argument("--max-new-tokens", type=positive_int, default=Setup.max_new_tokens)
@@ -287,14 +380,23 @@ def main(argv: list[str] | None = None) -> dict:
     if args.warmup < 0:
         parser.error(f"--warmup must be >= 0; got {args.warmup}")
     impls = args.impls or available_impls()
-    unavailable = [impl for impl in impls if impl not in RUNNERS]
+    unavailable = [impl for impl in impls if impl not in available_impls()]
     if unavailable:
         parser.error(f"not available in this checkout: {unavailable}")
-    setup = Setup(prompts=args.prompts, k=args.k, max_new_tokens=args.max_new_tokens, learning_rate=args.lr)
+    setup = Setup(prompts=args.prompts, k=args.k, max_new_tokens=args.max_new_tokens, learning_rate=args.lr,
+                  task_size=args.task_size, operations=args.operations)
+    previous_threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
+    try:
+        return _run(args, impls, setup, argv)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _run(args, impls, setup: Setup, argv) -> dict:
     result = {
         "config": {
-            "argv": list(argv) if argv is not None else __import__("sys").argv[1:],
+            "argv": list(argv) if argv is not None else sys.argv[1:],
             "setup": asdict(setup),
             "impls": impls,
             "warmup": args.warmup,
