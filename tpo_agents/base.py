@@ -24,6 +24,7 @@ from stable_baselines3.common.utils import check_for_correct_spaces, safe_mean
 from stable_baselines3.common.vec_env import VecEnv, unwrap_vec_normalize
 
 from tpo_agents.groups import LOGP_REDUCTIONS, GroupBatch
+from tpo_agents.policies.causal_lm import CausalLMPolicy
 from tpo_agents.policies.mlp import MlpPolicy
 from tpo_agents.policies.transformer import TransformerPolicy
 from tpo_agents.sampling import GROUP_MODES, collector_for
@@ -58,6 +59,7 @@ class GroupedAlgorithm(BaseAlgorithm):
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpPolicy": MlpPolicy,
         "TransformerPolicy": TransformerPolicy,
+        "CausalLMPolicy": CausalLMPolicy,
     }
     default_n_epochs: ClassVar[int] = 4
     policy: MlpPolicy
@@ -96,6 +98,9 @@ class GroupedAlgorithm(BaseAlgorithm):
         self.group_mode = group_mode
         self.logp_reduction = logp_reduction
         self.max_grad_norm = max_grad_norm
+        policy_class = self._get_policy_from_name(policy) if isinstance(policy, str) else policy
+        # Language-model policies act on text: prompt vector envs, Text spaces.
+        self._language_model = bool(getattr(policy_class, "language_model", False))
         policy_kwargs = dict(policy_kwargs or {})
         if optimizer_class is not None:
             policy_kwargs["optimizer_class"] = optimizer_class
@@ -114,7 +119,7 @@ class GroupedAlgorithm(BaseAlgorithm):
             device=device,
             support_multi_env=True,
             seed=seed,
-            supported_action_spaces=(spaces.Discrete,),
+            supported_action_spaces=(spaces.Text,) if self._language_model else (spaces.Discrete,),
         )
         self._batch: GroupBatch | None = None
         self.last_train_stats: dict[str, float] = {}
@@ -126,7 +131,12 @@ class GroupedAlgorithm(BaseAlgorithm):
     def _build_env(self, env: Any, n_envs: int | None, seed: int | None) -> VecEnv:
         """The training VecEnv. Native vector envs get ``batch_size`` sub-envs, or
         ``batch_size * n_candidates`` when groups are K rollouts per prompt, so one
-        pass of the vector env gathers a whole batch."""
+        pass of the vector env gathers a whole batch. Language-model policies get a
+        :class:`~tpo_agents.llm.vec_env.PromptVecEnv` of ``batch_size`` prompt envs."""
+        if self._language_model:
+            from tpo_agents.llm.vec_env import make_prompt_vec_env
+
+            return make_prompt_vec_env(env, n_envs or self.batch_size, seed)
         native = _has_native_vector(env)
         if isinstance(env, VecEnv):
             _check_action_space(type(self).__name__, env.action_space)
@@ -151,13 +161,31 @@ class GroupedAlgorithm(BaseAlgorithm):
         self._episode_in_progress = np.zeros(self.n_envs, dtype=bool)
         self._resolved_group_mode = None
 
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        if self._language_model:  # the weights are in the model folder (tpo_agents.llm.saving)
+            return ["policy.optimizer"], []
+        return super()._get_torch_save_params()
+
+    def save(self, path, exclude=None, include=None) -> None:
+        """SB3's ``save``; a language-model policy also writes its model folder
+        ``<path>_hf/`` (``save_pretrained``) next to the zip (see :mod:`tpo_agents.llm.saving`)."""
+        if self._language_model:
+            from tpo_agents.llm.saving import save_agent
+
+            save_agent(self, path, lambda: super(GroupedAlgorithm, self).save(path, exclude, include))
+        else:
+            super().save(path, exclude, include)
+
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_batch", "_resolved_group_mode", "_episode_in_progress"]
 
     @classmethod
     def load(cls, path, env: GymEnv | None = None, device: torch.device | str = "auto", **kwargs: Any):
-        """Load a saved agent (SB3's ``load``); ``env`` is built as the constructor builds it."""
-        model = super().load(path, env=None, device=device, **kwargs)
+        """Load a saved agent (SB3's ``load``); ``env`` is built as the constructor builds it.
+        A language-model policy is rebuilt from the model folder next to ``path``."""
+        from tpo_agents.llm.saving import load_kwargs
+
+        model = super().load(path, env=None, device=device, **load_kwargs(path, kwargs))
         if env is not None:
             model.set_env(env)
         return model

@@ -412,6 +412,10 @@ TOKEN_COLLECTORS = {c.mode: c for c in (TokenPerStateCollector, TokenSequenceCol
 def collector_for(algo: GroupedAlgorithm, mode: str) -> Collector:
     """The collector of ``mode`` suited to the agent's policy."""
     table = TOKEN_COLLECTORS if getattr(algo.policy, "autoregressive", False) else COLLECTORS
+    if getattr(algo.policy, "language_model", False):
+        from tpo_agents.llm.collect import LM_COLLECTORS
+
+        table = LM_COLLECTORS
     if mode not in table:
         raise ValueError(f"group_mode {mode!r} is not available for {type(algo.policy).__name__}; options: {sorted(table)}")
     return table[mode](algo)

@@ -1,0 +1,84 @@
+"""Saving and loading agents whose policy is a language model.
+
+``model.save("run/tpo")`` writes two things side by side:
+
+* ``run/tpo.zip``: the SB3 agent state (hyperparameters, counters, RNG, the optimizer
+  state, the policy options), but not the model weights;
+* ``run/tpo_hf/``: the model (or its LoRA adapter) and tokenizer, written with
+  ``save_pretrained`` and loadable by ``transformers``/``peft`` directly.
+
+``TPO.load("run/tpo")`` rebuilds the policy from ``run/tpo_hf/`` (wherever the pair has
+been moved) and restores the optimizer state.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["load_kwargs", "model_folder", "save_agent"]
+
+HF_SUFFIX = "_hf"
+
+
+def model_folder(path: Any) -> Path:
+    """The model folder that goes with an agent file: ``run/tpo(.zip)`` -> ``run/tpo_hf``."""
+    if isinstance(path, io.IOBase):
+        raise ValueError(
+            "an agent with a language-model policy must be saved to a path (its model folder "
+            f"goes next to the file); got a file object {path!r}"
+        )
+    text = str(path)
+    return Path((text[: -len(".zip")] if text.endswith(".zip") else text) + HF_SUFFIX)
+
+
+def save_agent(algo, path: Any, save_zip: Callable[[], None]) -> None:
+    """Write the model folder, then the agent zip (``save_zip``) with ``policy_kwargs``
+    pointing at that folder (no model or tokenizer objects are pickled)."""
+    folder = model_folder(path)
+    algo.policy.save_pretrained(folder)
+    original = algo.policy_kwargs
+    algo.policy_kwargs = {
+        **algo.policy.options(),
+        "model": str(folder.resolve()),
+        "tokenizer": None,
+    }
+    try:
+        save_zip()
+    finally:
+        algo.policy_kwargs = original
+
+
+def _zip_path(path: Any) -> Path | None:
+    for candidate in (Path(str(path)), Path(f"{path}.zip")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_kwargs(path: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` of SB3's ``load`` so that a language-model policy is rebuilt from the
+    model folder next to ``path`` (unchanged for other agents)."""
+    if isinstance(path, io.IOBase):
+        return kwargs
+    folder = model_folder(path)
+    archive = _zip_path(path)
+    if not folder.is_dir() or archive is None:
+        return kwargs
+    from stable_baselines3.common.save_util import json_to_data
+
+    custom = dict(kwargs.get("custom_objects") or {})
+    with zipfile.ZipFile(archive) as z:
+        data = json_to_data(z.read("data").decode(), custom_objects=custom)
+    policy_class = data.get("policy_class")
+    if not getattr(policy_class, "language_model", False):
+        return kwargs
+    custom["policy_kwargs"] = {
+        **data.get("policy_kwargs", {}),
+        "model": str(folder),
+        "tokenizer": None,
+    }
+    return {**kwargs, "custom_objects": custom}
