@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> dict:
     length = args.length if args.env.startswith("TokenReversal") else None
     hyper, env_kwargs, policy = section_hyperparams(args.env, length)
     times: dict[str, list[float]] = {"direct": [], "zoo": [], "zoo_eval": []}
+    cpu: dict[str, list[float]] = {"direct": [], "zoo": [], "zoo_eval": []}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         # Warm-up: one iteration (imports, allocator), which also gives its env steps.
@@ -114,18 +115,21 @@ def main(argv: list[str] | None = None) -> dict:
         budget = per_iteration * args.iterations
         run_zoo(args.env, env_kwargs, args.seed, per_iteration, args.threads, tmp / "warm", evaluate=False)
         for r in range(args.repeats):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             direct = run_direct(args.env, env_kwargs, policy, hyper, args.seed, budget, tmp)
             times["direct"].append(time.perf_counter() - t0)
+            cpu["direct"].append(time.process_time() - c0)
             for variant, evaluate in (("zoo", False), ("zoo_eval", True)):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 zoo_model = run_zoo(args.env, env_kwargs, args.seed, budget, args.threads, tmp / f"{variant}{r}", evaluate)
                 times[variant].append(time.perf_counter() - t0)
+                cpu[variant].append(time.process_time() - c0)
         zoo = TPO.load(zoo_model)
         identical = all(
             torch.equal(a, b) for a, b in zip(direct.policy.state_dict().values(), zoo.policy.state_dict().values())
         )
     median = {k: statistics.median(v) for k, v in times.items()}
+    median_cpu = {k: statistics.median(v) for k, v in cpu.items()}
     result = {
         "env": args.env,
         "env_kwargs": env_kwargs,
@@ -140,6 +144,10 @@ def main(argv: list[str] | None = None) -> dict:
         "median_seconds": median,
         "ratio": median["zoo"] / median["direct"],
         "ratio_with_eval": median["zoo_eval"] / median["direct"],
+        "cpu_seconds": cpu,
+        "median_cpu_seconds": median_cpu,
+        "cpu_ratio": median_cpu["zoo"] / median_cpu["direct"],
+        "cpu_ratio_with_eval": median_cpu["zoo_eval"] / median_cpu["direct"],
         "identical_parameters": identical,
     }
     text = json.dumps(result, indent=2)

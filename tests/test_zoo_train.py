@@ -256,6 +256,25 @@ def test_train_and_enjoy_tpo_on_token_reversal_terminal_cli(tmp_path):
     assert out.getvalue().count("Episode Length 4") == 2  # two 4-token episodes
 
 
+@pytest.mark.parametrize("algo", ["grpo", "dg", "pg", "cfppo", "ppo"])
+def test_every_algorithm_trains_saves_and_loads(algo, tmp_path):
+    from rl_zoo3.utils import ALGOS
+
+    manager, _ = train(
+        "--algo", algo, "--env", "MultiContextBandit-v0", "--env-kwargs", "n_contexts:5",
+        "-n", "200", "--seed", "0", "-f", str(tmp_path), "--eval-freq", "-1",
+    )  # fmt: skip
+    model = ALGOS[algo].load(run_folder(manager) / "MultiContextBandit-v0.zip")
+    assert model.num_timesteps == 200 and model.n_envs == 100
+    assert model.predict(np.array([0, 4]), deterministic=True)[0].shape == (2,)
+
+
+def test_explicit_n_envs_must_fit_sequence_groups(tmp_path):
+    argv = ["--algo", "tpo", "--env", "TokenReversal-terminal-v0", "--env-kwargs", "length:2"]
+    with pytest.raises(HyperparamsError, match="n_envs = 12 must be a multiple of n_candidates = 8"):
+        train(*argv, "-params", "n_envs:12", "-n", "10", "-f", str(tmp_path))
+
+
 @pytest.mark.slow
 def test_optimize_two_trials_reports_best_parameters(tmp_path):
     logs = tmp_path / "logs"

@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~10x faster
+
 HYPERPARAMS_DIR = Path(__file__).resolve().parent / "hyperparams"
 """Our hyperparameter files (shipped as package data)."""
 
@@ -77,7 +79,7 @@ def load_file(path: str | Path) -> dict[str, dict[str, Any]]:
     if not path.is_file():
         raise HyperparamsError(f"hyperparameter file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_SAFE_LOADER)
     except yaml.YAMLError as e:
         where = ""
         mark = getattr(e, "problem_mark", None)

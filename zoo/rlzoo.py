@@ -214,6 +214,12 @@ class ZooExperimentManager(ExperimentManager):
                     "--vec-env native (or auto, the default) instead of "
                     f"{self.vec_env_class.__name__}"
                 )
+            if explicit_n_envs and layout.group_mode == "sequence" and self.n_envs % layout.n_candidates:
+                raise HyperparamsError(
+                    f"{self.config}: n_envs = {self.n_envs} must be a multiple of n_candidates = "
+                    f"{layout.n_candidates} ({self.algo} plays K rollouts per context on "
+                    f"{self.env_name.gym_id}); leave n_envs out to size it like the agent does"
+                )
             if not explicit_n_envs:
                 self.derive_n_envs = True
                 self.n_envs = layout.n_envs
