@@ -16,7 +16,7 @@ import torch  # noqa: E402
 from gymnasium import spaces  # noqa: E402
 
 import tpo_gym  # noqa: E402, F401  (registers the ids)
-from tpo_agents import GRPO, PG, TPO  # noqa: E402
+from tpo_agents import DG, GRPO, PG, TPO, CriticFreePPO, GroupPG  # noqa: E402
 from tpo_agents.llm.batch import rowwise_with_recompute  # noqa: E402
 from tpo_agents.llm.logprobs import completion_log_probs, completion_mask_after_eos  # noqa: E402
 from tpo_agents.llm.tiny import build_tiny_causal_lm  # noqa: E402
@@ -254,29 +254,26 @@ def test_prompt_vec_env_steps_scores_and_records_episodes():
 # ------------------------------------------------------------------ training
 
 
-def test_pg_grpo_tpo_train_one_iteration(tiny_path):
-    env = coin_env()
-    for algo, kwargs in ((TPO, {}), (GRPO, {}), (PG, {})):
-        model = algo(
-            "CausalLMPolicy",
-            env,
-            batch_size=3,
-            n_candidates=2,
-            seed=0,
-            policy_kwargs={"model": tiny_path, "max_new_tokens": 2},
-            **kwargs,
-        )
-        before = [p.detach().clone() for p in model.policy.trainable_parameters()]
-        model.learn(1)
-        per_prompt = 1 if algo is PG else 2
-        assert model.num_timesteps == 3 * per_prompt
-        assert len(model.ep_info_buffer) == 3 * per_prompt
-        assert model._batch.scores.shape == (3, per_prompt)
-        assert (
-            np.isfinite(model.last_train_stats["loss"]) and model.last_train_stats["grad_norm"] > 0
-        )
-        after = model.policy.trainable_parameters()
-        assert any(not torch.equal(b, a) for b, a in zip(before, after))
+@pytest.mark.parametrize("algo", [TPO, GRPO, PG, GroupPG, DG, CriticFreePPO])
+def test_every_agent_trains_one_iteration(tiny_path, algo):
+    model = algo(
+        "CausalLMPolicy",
+        coin_env(),
+        batch_size=3,
+        n_candidates=2,
+        seed=0,
+        policy_kwargs={"model": tiny_path, "max_new_tokens": 2},
+    )
+    before = [p.detach().clone() for p in model.policy.trainable_parameters()]
+    model.learn(1)
+    per_prompt = 1 if issubclass(algo, PG) else 2  # single-sample methods: one per prompt
+    assert model.num_timesteps == 3 * per_prompt
+    assert len(model.ep_info_buffer) == 3 * per_prompt
+    assert model._batch.scores.shape == (3, per_prompt)
+    stats = model.last_train_stats
+    assert np.isfinite(stats["loss"]) and stats["grad_norm"] > 0
+    after = model.policy.trainable_parameters()
+    assert any(not torch.equal(b, a) for b, a in zip(before, after))
 
 
 def test_micro_batch_size_gives_the_same_update(tiny_path):
@@ -430,6 +427,14 @@ def test_missing_model_path_is_a_clear_error(tmp_path):
         TPO("CausalLMPolicy", arithmetic_env(), policy_kwargs={})
 
 
+def test_saving_to_a_file_object_is_an_error(tiny_path):
+    import io
+
+    model = TPO("CausalLMPolicy", coin_env(), batch_size=2, policy_kwargs={"model": tiny_path})
+    with pytest.raises(ValueError, match="must be saved to a path"):
+        model.save(io.BytesIO())
+
+
 def test_fewer_than_two_candidates_is_an_error(tiny_path):
     with pytest.raises(ValueError, match="n_candidates must be an integer >= 2; got 1"):
         TPO("CausalLMPolicy", arithmetic_env(), n_candidates=1, policy_kwargs={"model": tiny_path})
@@ -496,3 +501,23 @@ def test_gradient_checkpointing_with_micro_batches_keeps_gradients(tiny_path):
     assert any(getattr(m, "gradient_checkpointing", False) for m in policy.model.modules())
     for a, b in zip(*grads):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_rollout_log_probs_are_frozen_with_the_reduction(tiny_path, reduction):
+    model = TPO(
+        "CausalLMPolicy",
+        coin_env(),
+        batch_size=3,
+        n_candidates=2,
+        n_epochs=1,
+        seed=0,
+        logp_reduction=reduction,
+        policy_kwargs={"model": tiny_path, "max_new_tokens": 3},
+    )
+    model.learn(1)
+    batch = model._batch
+    tokens, lengths = batch.old_token_logp, batch.completion_mask.sum(-1)
+    assert (tokens[~batch.completion_mask] == 0).all() and (tokens[batch.completion_mask] < 0).all()
+    expected = tokens.sum(-1) / (lengths if reduction == "mean" else 1)
+    assert torch.allclose(batch.old_logp.flatten(), expected)

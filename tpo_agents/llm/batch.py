@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from tpo_agents.groups import _TensorGroups
+from tpo_agents.groups import LOGP_REDUCTIONS, _TensorGroups
 
 __all__ = ["Completions", "LMGroupBatch", "pad_left", "pad_right", "rowwise_with_recompute"]
 
@@ -76,6 +76,8 @@ class LMGroupBatch(_TensorGroups):
     :param mask: ``[G, K]`` bool validity (all True: every prompt gets its K completions).
     :param old_logp: ``[G, K]`` rollout-time sequence log-probs (frozen).
     :param old_token_logp: ``[G * K, T]`` rollout-time token log-probs (0 on padding).
+    :param logp_reduction: a completion's log-prob is the ``"sum"`` (default) or the
+        ``"mean"`` of its token log-probs.
     """
 
     prompt_ids: torch.Tensor
@@ -86,9 +88,18 @@ class LMGroupBatch(_TensorGroups):
     mask: torch.Tensor
     old_logp: torch.Tensor
     old_token_logp: torch.Tensor | None = None
+    logp_reduction: str = "sum"
+
+    def __post_init__(self) -> None:
+        if self.logp_reduction not in LOGP_REDUCTIONS:
+            raise ValueError(
+                f"logp_reduction must be one of {LOGP_REDUCTIONS}; got {self.logp_reduction!r}"
+            )
 
     @classmethod
-    def from_completions(cls, completions: Completions, scores: torch.Tensor) -> LMGroupBatch:
+    def from_completions(
+        cls, completions: Completions, scores: torch.Tensor, logp_reduction: str = "sum"
+    ) -> LMGroupBatch:
         """A batch from ``G * K`` completions and their ``[G, K]`` scores."""
         G, K = scores.shape
         if completions.completion_ids.shape[0] != G * K:
@@ -103,6 +114,13 @@ class LMGroupBatch(_TensorGroups):
             scores=scores.float(),
             mask=torch.ones(G, K, dtype=torch.bool),
             old_logp=torch.zeros(G, K),
+            logp_reduction=logp_reduction,
+        )
+
+    def to(self, device: torch.device) -> LMGroupBatch:
+        fields = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return LMGroupBatch(
+            **{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in fields.items()}
         )
 
     def token_log_probs(self, policy) -> torch.Tensor:
@@ -112,8 +130,16 @@ class LMGroupBatch(_TensorGroups):
         )
 
     def log_probs(self, policy) -> torch.Tensor:
-        """``[G, K]`` sequence log-probs (sum over the completion's tokens), with gradient."""
-        return self.token_log_probs(policy).sum(-1).view(self.n_groups, self.group_size)
+        """``[G, K]`` sequence log-probs (sum, or mean, of the completion's token
+        log-probs), with gradient."""
+        return self.reduce_tokens(self.token_log_probs(policy))
+
+    def reduce_tokens(self, token_logp: torch.Tensor) -> torch.Tensor:
+        """``[G * K, T]`` token log-probs -> ``[G, K]`` completion log-probs."""
+        seq = token_logp.sum(-1)
+        if self.logp_reduction == "mean":
+            seq = seq / self.completion_mask.sum(-1).clamp_min(1).to(seq)
+        return seq.view(self.n_groups, self.group_size)
 
     def completion_lengths(self) -> torch.Tensor:
         """``[G, K]`` number of tokens of each completion (EOS included)."""

@@ -45,11 +45,11 @@ class CausalLMSequenceCollector(Collector):
         return self.algo.n_candidates
 
     def finish(self, batch: LMGroupBatch) -> LMGroupBatch:
-        """Freeze the rollout-time token log-probs; a completion's log-prob is their sum."""
+        """Freeze the rollout-time token log-probs and completion log-probs."""
         with torch.no_grad():
             tokens = batch.token_log_probs(self.algo.policy).float().cpu()
         batch.old_token_logp = tokens
-        batch.old_logp = tokens.sum(-1).view(batch.n_groups, batch.group_size)
+        batch.old_logp = batch.reduce_tokens(tokens)
         return batch
 
     def collect(self, callback: BaseCallback, n_groups: int) -> LMGroupBatch | None:
@@ -75,7 +75,9 @@ class CausalLMSequenceCollector(Collector):
             collected += len(prompts)
         joined = Completions.cat(parts, policy.tokenizer.pad_token_id)
         batch = LMGroupBatch.from_completions(
-            joined, torch.as_tensor(np.concatenate(scores), dtype=torch.float32)
+            joined,
+            torch.as_tensor(np.concatenate(scores), dtype=torch.float32),
+            logp_reduction=algo.logp_reduction,
         )
         return self.finish(batch)
 
