@@ -251,6 +251,18 @@ def test_prompt_vec_env_steps_scores_and_records_episodes():
         vec.step(["only one"])
 
 
+def test_sb3_evaluate_policy_on_a_prompt_vec_env(tiny_path):
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    model = TPO("CausalLMPolicy", coin_env(), batch_size=2, policy_kwargs={"model": tiny_path})
+    def env_fn(ok: bool):
+        return lambda: gym.make("PromptList-v0", pairs=[("3+4=", lambda a: ok)])
+
+    env = PromptVecEnv([env_fn(True), env_fn(False)])  # accepts every answer / none
+    mean, std = evaluate_policy(model, env, n_eval_episodes=4, deterministic=True, warn=False)
+    assert mean == pytest.approx(0.5) and std == pytest.approx(0.5)
+
+
 # ------------------------------------------------------------------ training
 
 

@@ -85,7 +85,8 @@ class CausalLMPolicy(BasePolicy):
         ``{"enable_thinking": False}``).
     :param lora: a dict of ``peft.LoraConfig`` arguments (``task_type`` is CAUSAL_LM),
         e.g. ``{"r": 32, "lora_alpha": 64}``: only the adapters train. Ignored when the
-        model already carries adapters (a loaded adapter folder).
+        model already carries adapters (a loaded adapter folder). A model object is
+        wrapped in place (``peft`` injects the adapter layers into it).
     :param gradient_checkpointing: enable the model's gradient checkpointing (training
         forward passes only; non-reentrant).
     :param dtype: weights dtype for models loaded from a path: None/"auto" (bfloat16 when
@@ -156,12 +157,10 @@ class CausalLMPolicy(BasePolicy):
             optimizer_kwargs=optimizer_kwargs,
             normalize_images=False,
         )
-        self.max_new_tokens, self.temperature, self.top_p, self.top_k = (
-            max_new_tokens,
-            temperature,
-            top_p,
-            top_k,
-        )
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.top_k = top_k
         self.micro_batch_size = micro_batch_size
         net, self.model_source, self.base_source = load_causal_lm(model, dtype)
         self.tokenizer = load_tokenizer(tokenizer, self.model_source, net)
