@@ -5,7 +5,9 @@ one gradient update; same model, prompts, K, sequence lengths, learning rate, Ad
 clipping at norm 1 and a constant learning rate everywhere):
 
 * ``tpo`` / ``grpo``: our ``TPO`` / ``GRPO`` agents on ``CausalLMPolicy`` (``n_epochs=1``);
-* ``trl_grpo``: TRL's ``GRPOTrainer`` (its defaults: ``loss_type="dapo"``, ``beta=0``);
+* ``trl_grpo``: TRL's ``GRPOTrainer`` (its defaults: ``loss_type="dapo"``, ``beta=0``), in
+  float32 without gradient checkpointing like our agents (TRL's own defaults, bf16 autocast and
+  gradient checkpointing, are for GPUs: on this CPU they make a step about 5x slower);
 * ``trl_tpo``: our ``tpo_agents.trl.TPOTrainer`` (the same trainer with TPO's loss).
 
 The model is :func:`tpo_agents.llm.tiny.build_tiny_causal_lm` (random 2-layer Llama,
@@ -18,7 +20,8 @@ are drawn uniformly (with replacement by our agents, by shuffled passes in TRL).
 How it is measured
 
 * **step time**: seed 0, ``--warmup`` steps discarded, then the median wall time of
-  ``--timing-steps`` steps (generation + scoring + forward/backward + optimizer step), with
+  ``--timing-steps`` steps (generation + scoring + forward/backward + optimizer step) over
+  ``--rounds`` runs per implementation (the order reversed every other round), with
   ``--threads`` torch threads; reported with the ratio to TRL's GRPO step;
 * **reward after N steps**: ``--reward-steps`` steps per seed (the model's initial weights
   are drawn with the same seed), reporting the mean training reward over the last
@@ -155,6 +158,8 @@ def run_trl(algo: str, setup: Setup, model_path: str, steps: int, seed: int, wor
         report_to="none",
         save_strategy="no",
         use_cpu=not torch.cuda.is_available(),
+        bf16=False,  # TRL's defaults are bf16 autocast and gradient checkpointing, even on CPU;
+        gradient_checkpointing=False,  # our agents run float32 without checkpointing: same work
         seed=seed,
         disable_tqdm=True,
     )
@@ -241,7 +246,7 @@ def run_ours(algo: str, setup: Setup, model_path: str, steps: int, seed: int, wo
         seed=seed,
         device="cuda" if torch.cuda.is_available() else "cpu",
         policy_kwargs={"model": model_path, "max_new_tokens": setup.max_new_tokens,
-                       "temperature": setup.temperature},
+                       "temperature": setup.temperature, "dtype": "float32"},
     )
     timer = IterationTimer()
     agent.learn(steps * setup.prompts * setup.k, callback=timer, log_interval=None)
@@ -267,19 +272,27 @@ def available_impls() -> list[str]:
     return [impl for impl in IMPLS if ours or impl.startswith("trl_")]
 
 
-def timing(impls, setup: Setup, warmup: int, steps: int, workdir: Path) -> dict:
+def timing(impls, setup: Setup, warmup: int, steps: int, rounds: int, workdir: Path) -> dict:
+    """Median step time per implementation over ``rounds`` runs each, the running order
+    reversed every other round so slow drifts of the machine hit every implementation alike."""
     model_path = build_model(workdir, 0)
-    results = {}
-    for impl in impls:
-        run = RUNNERS[impl](setup, model_path, warmup + steps, 0, workdir, evaluate_after=False)
-        measured = run["step_seconds"][warmup:]
-        lengths = [x for x in run["completion_length"][warmup:] if x is not None]
-        results[impl] = {
-            "step_seconds": measured,
-            "median_seconds": statistics.median(measured),
-            "mean_completion_tokens": statistics.mean(lengths) if lengths else None,
+    seconds: dict[str, list[float]] = {impl: [] for impl in impls}
+    lengths: dict[str, list[float]] = {impl: [] for impl in impls}
+    for r in range(rounds):
+        for impl in (impls if r % 2 == 0 else impls[::-1]):
+            run = RUNNERS[impl](setup, model_path, warmup + steps, 0, workdir, evaluate_after=False)
+            seconds[impl] += run["step_seconds"][warmup:]
+            lengths[impl] += [x for x in run["completion_length"][warmup:] if x is not None]
+            print(f"[timing] round {r}: {impl} median {statistics.median(run['step_seconds'][warmup:]):.3f} "
+                  "s/step", flush=True)
+    results = {
+        impl: {
+            "step_seconds": seconds[impl],
+            "median_seconds": statistics.median(seconds[impl]),
+            "mean_completion_tokens": statistics.mean(lengths[impl]) if lengths[impl] else None,
         }
-        print(f"[timing] {impl}: median {results[impl]['median_seconds']:.3f} s/step", flush=True)
+        for impl in impls
+    }
     base = results.get("trl_grpo", {}).get("median_seconds")
     for row in results.values():
         row["ratio_to_trl_grpo"] = row["median_seconds"] / base if base else None
@@ -326,7 +339,8 @@ def markdown(result: dict) -> str:
         "",
         f"One step: {s['prompts']} prompts x K = {s['k']} completions of at most "
         f"{s['max_new_tokens']} tokens, one update (lr {s['learning_rate']}, constant, grad-norm clip "
-        f"{s['max_grad_norm']}); {cfg['threads']} torch thread(s), device {cfg['device']}.",
+        f"{s['max_grad_norm']}); {cfg['threads']} torch thread(s), device {cfg['device']}. Step time: "
+        f"median of {cfg['timing_steps']} steps x {cfg.get('rounds', 1)} runs after {cfg['warmup']} warm-up steps.",
         "",
     ]
     if result.get("timing"):
@@ -365,7 +379,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-new-tokens", type=positive_int, default=Setup.max_new_tokens)
     parser.add_argument("--lr", type=float, default=Setup.learning_rate)
     parser.add_argument("--warmup", type=int, default=2, help="timing steps discarded")
-    parser.add_argument("--timing-steps", type=positive_int, default=10)
+    parser.add_argument("--timing-steps", type=positive_int, default=10, help="measured steps per run")
+    parser.add_argument("--rounds", type=positive_int, default=2, help="timing runs per implementation")
     parser.add_argument("--reward-steps", type=positive_int, default=100)
     parser.add_argument("--window", type=positive_int, default=10)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -401,6 +416,7 @@ def _run(args, impls, setup: Setup, argv) -> dict:
             "impls": impls,
             "warmup": args.warmup,
             "timing_steps": args.timing_steps,
+            "rounds": args.rounds,
             "reward_steps": args.reward_steps,
             "window": args.window,
             "seeds": args.seeds,
@@ -414,7 +430,7 @@ def _run(args, impls, setup: Setup, argv) -> dict:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         if not args.skip_timing:
-            result["timing"] = timing(impls, setup, args.warmup, args.timing_steps, workdir)
+            result["timing"] = timing(impls, setup, args.warmup, args.timing_steps, args.rounds, workdir)
         if not args.skip_reward:
             result["reward"] = reward(impls, setup, args.reward_steps, args.seeds, args.window, workdir)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ def test_llm_benchmark_toy_run_writes_json_and_table(tmp_path):
 
     out = tmp_path / "llm-benchmark.json"
     llm.main(["--impls", "trl_grpo", "trl_tpo", "--prompts", "2", "--k", "2", "--max-new-tokens", "2",
-              "--warmup", "0", "--timing-steps", "2", "--reward-steps", "2", "--window", "1",
+              "--warmup", "0", "--timing-steps", "2", "--rounds", "1", "--reward-steps", "2", "--window", "1",
               "--seeds", "0", "--workdir", str(tmp_path / "models"), "--out", str(out)])
     result = json.loads(out.read_text())
     timing = result["timing"]

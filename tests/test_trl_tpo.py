@@ -182,6 +182,8 @@ def _config(tmp_path, **overrides):
         save_strategy="no",
         seed=0,
         disable_tqdm=True,
+        bf16=False,  # TRL's defaults (bf16 autocast, gradient checkpointing) are slow on CPU
+        gradient_checkpointing=False,
     )
     kwargs.update(overrides)
     return TPOConfig(**kwargs)

@@ -95,6 +95,9 @@ class TPOTrainer(GRPOTrainer):
 
     Constraint: ``per_device_train_batch_size`` must be a multiple of ``num_generations``
     (checked by :class:`TPOConfig`) so every loss computation holds whole prompt groups.
+
+    Not exercised by this repository's tests: vLLM generation, tools / environments and
+    multi-process runs (see ``docs/llm_trl.md``).
     """
 
     _tag_names = ["trl", "tpo"]
