@@ -44,13 +44,24 @@ class BackendError(RuntimeError):
 
 @contextlib.contextmanager
 def single_torch_thread() -> Iterator[None]:
-    """Run the body with one torch thread (restored afterwards)."""
+    """Run the body with one torch thread and one BLAS/OpenMP thread (restored afterwards).
+
+    (Ray workers get ``OMP_NUM_THREADS=1``; a spawned pool worker would otherwise let
+    numpy's BLAS use every core, oversubscribing the CPUs the other workers use.)
+    """
     import torch
 
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # scikit-learn's dependency; without it only torch is limited
+        limits = contextlib.nullcontext()
+    else:
+        limits = threadpool_limits(limits=1)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        yield
+        with limits:
+            yield
     finally:
         torch.set_num_threads(threads)
 
@@ -297,6 +308,7 @@ class RayBackend(Backend):
         self._ray = None
         self._remote = None
         self._owned = False
+        self._pending: set = set()
 
     def start(self) -> None:
         ray = import_ray()
@@ -316,6 +328,11 @@ class RayBackend(Backend):
 
     def close(self, cancel: bool = False) -> None:
         self._remote = None
+        if cancel and self._ray is not None and self._ray.is_initialized():
+            for ref in self._pending:  # on a shared cluster, do not leave them running
+                with contextlib.suppress(Exception):
+                    self._ray.cancel(ref)
+        self._pending.clear()
         if self._ray is not None and self._owned:
             self._ray.shutdown()
             self._owned = False
@@ -323,7 +340,9 @@ class RayBackend(Backend):
     def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self._remote is None:
             raise RuntimeError("RayBackend.submit called outside its 'with' block")
-        return self._remote.remote(fn, *args)
+        ref = self._remote.remote(fn, *args)
+        self._pending.add(ref)
+        return ref
 
     def wait(self, handles: Sequence[Any], timeout: float) -> tuple[list[Any], list[Any]]:
         ray = self._ray
@@ -335,7 +354,9 @@ class RayBackend(Backend):
         return [h for h in handles if h in finished], [h for h in handles if h not in finished]
 
     def result(self, handle: Any) -> Any:
-        return self._ray.get(handle)
+        value = self._ray.get(handle)
+        self._pending.discard(handle)
+        return value
 
     def describe(self) -> dict:
         info = super().describe()
