@@ -140,6 +140,8 @@ def test_report_collects_results_in_the_papers_order(every_experiment, tmp_path)
     out = every_experiment
     (out / "notes.json").write_text(json.dumps({"hello": 1}))
     (out / "broken.json").write_text("{not json")
+    (out / "zz-other.json").write_text(json.dumps({"rows": [1, 2]}))
+    (out / "zz-other.md").write_text("# Other script\n\n## Its table\n\n| a |\n|---|\n| 1 |\n")
     page = report.main([str(out)])
     assert page == out / "REPORT.md"
     md = page.read_text()
@@ -157,10 +159,13 @@ def test_report_collects_results_in_the_papers_order(every_experiment, tmp_path)
         "zero-variance-mask",
         "epoch-sweep",
         "eta-sweep",
+        "zz-other",
         "Skipped files",
     ]
     assert titles == expected
-    assert image_links(md) == [f"{n}.png" for n in expected[:-1]]
+    assert image_links(md) == [f"{n}.png" for n in expected[:-2]]
+    # A JSON of an unknown shape with its own page is included through that page.
+    assert "### Its table" in md.split("## zz-other")[1]
     assert "`notes.json`: not a result file" in md and "`broken.json`: not readable JSON" in md
     assert "cache/" not in md.split("## Skipped files")[1]  # per-job records are not results
     assert "| TPO |" in md and "(33.8)" in md  # the tables, with the paper's numbers
@@ -190,7 +195,7 @@ def test_report_on_two_result_files_elsewhere(tmp_path):
 def test_report_of_the_committed_results(tmp_path):
     page = report.main([str(DOCS_RESULTS), "--out", str(tmp_path / "REPORT.md")])
     md = page.read_text()
-    assert "Skipped files" not in md
+    assert "Skipped files" not in md  # every committed result has a known shape or a page
     links = image_links(md)
     assert links and all((page.parent / link).resolve().is_file() for link in links)
     for path in DOCS_RESULTS.glob("*.json"):

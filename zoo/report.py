@@ -14,10 +14,12 @@ tables, sweeps), then the benchmarks:
   beside the paper's; rebuilt from the JSON when the markdown is missing), the wall time
   and compute time, and the config;
 * benchmark results (``benchmarks/classic_control.py``, ``benchmarks/speed.py``): their
-  markdown and figure, or a table built from the JSON.
+  markdown and figure, or a table built from the JSON;
+* any other JSON file that has a markdown page of the same name beside it: that page
+  (and ``<name>.png`` when present), after the benchmarks.
 
-Other JSON files (not valid JSON, or of an unknown shape) are skipped, each with a note
-at the end of the page.
+Other JSON files (not valid JSON, or of an unknown shape without a page) are skipped,
+each with a note at the end of the page.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class Entry:
     """One result file found in the folder."""
 
     path: Path
-    kind: str  # "reproduce", "benchmark" or "speed"
+    kind: str  # "reproduce", "benchmark", "speed" or "other" (unknown JSON with its own .md)
     name: str
     data: dict
 
@@ -105,6 +107,8 @@ def collect(folder: Path) -> tuple[list[Entry], list[tuple[Path, str]]]:
             skipped.append((path, f"not readable JSON ({type(exc).__name__}: {exc})"))
             continue
         kind = classify(data)
+        if kind is None and isinstance(data, dict) and path.with_suffix(".md").is_file():
+            kind = "other"  # a result of some other script that wrote its own page
         if kind is None:
             keys = sorted(data)[:6] if isinstance(data, dict) else type(data).__name__
             skipped.append((path, f"not a result file this report knows (top level: {keys})"))
@@ -124,7 +128,7 @@ def sort_key(entry: Entry, folder: Path) -> tuple:
         rank = REPRODUCE_ORDER.index(base) if base in REPRODUCE_ORDER else len(REPRODUCE_ORDER)
         return (where, 0, rank, entry.name.endswith("-interactions"), entry.name)
     rank = BENCHMARK_ORDER.index(entry.name) if entry.name in BENCHMARK_ORDER else len(BENCHMARK_ORDER)
-    return (where, 1, rank, False, entry.name)
+    return (where, 1 if entry.kind != "other" else 2, rank, False, entry.name)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -154,7 +158,8 @@ def seconds_text(seconds: float | None) -> str:
 def wall_seconds(entry: Entry) -> float | None:
     """Wall time of the run that wrote the file, when it was recorded."""
     data = entry.data
-    for value in (data.get("config", {}).get("wall_seconds"), data.get("total_seconds")):
+    cfg = data.get("config") if isinstance(data.get("config"), dict) else {}
+    for value in (cfg.get("wall_seconds"), data.get("total_seconds")):
         if isinstance(value, (int, float)):
             return float(value)
     return None
@@ -175,7 +180,7 @@ def compute_seconds(entry: Entry) -> float | None:
 
 
 def n_seeds(entry: Entry) -> str:
-    cfg = entry.data.get("config", {})
+    cfg = entry.data.get("config") if isinstance(entry.data.get("config"), dict) else {}
     for key in ("seeds", "n_seeds"):
         if isinstance(cfg.get(key), int):
             return str(cfg[key])
@@ -242,7 +247,7 @@ def section(entry: Entry, folder: Path, page: Path) -> tuple[str, list[str]]:
     png = entry.stem.with_suffix(".png")
     if png.is_file():
         lines += [f"![{entry.name}]({link(png, page)})", ""]
-    elif entry.kind != "speed":
+    elif entry.kind not in ("speed", "other"):
         lines += [f"_No figure ({png.name} is missing)._", ""]
     tables = result_markdown(entry)
     lines += [tables, ""]
