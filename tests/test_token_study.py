@@ -261,3 +261,19 @@ def test_options_that_do_not_apply_are_refused(tmp_path):
         run(tmp_path, "token-vocab", "--lengths", "3", "--episodes", "1")
     with pytest.raises(SystemExit):
         run(tmp_path, "terminal", "--vocabs", "2", "--episodes", "1")
+
+
+def test_settings_filter_keeps_only_the_named_rows_and_rejects_unknown_tags():
+    exp = token_study.TOKEN_EXPERIMENTS["token-variations"]
+    args = build_parser().parse_args(
+        ["token-variations", "--seeds", "2", "--settings", "sequential-reverse_copy", "bag-copy"]
+    )
+    args.steps = 3
+    _, settings, jobs = token_study.build_jobs(exp, args)
+    assert [s.tag for s in settings] == ["bag-copy", "sequential-reverse_copy"]  # table order
+    assert {j.env["reward"] for j in jobs} == {"bag", "sequential"}
+    assert len(jobs) == len(exp.methods) * 2 * 2
+    args = build_parser().parse_args(["token-variations", "--settings", "sequential-nope"])
+    args.steps = 3
+    with pytest.raises(SystemExit, match="unknown setting.*sequential-nope.*known tags"):
+        token_study.build_jobs(exp, args)

@@ -14,7 +14,7 @@ Token Reversal (Tables 1, 2, 3, 5 and the sparse-reward diagnostics; :mod:`zoo.t
     python -m zoo.reproduce {token-vocab,token-variations,terminal,eta-sweep,k-sweep,
         epoch-sweep,zero-variance-mask,ablations} [--seeds 10] [--episodes E] [--workers 2]
         [--match {prompts,interactions}] [--lengths 7 8 9 10] [--vocabs 2 4 8 16]
-        [--length H] [--methods tpo grpo ...] [--out results]
+        [--length H] [--methods tpo grpo ...] [--settings TAG ...] [--out results]
 
 Per-seed runs are cached in ``OUT/cache/<name>/`` (a rerun resumes); ``--match
 interactions`` writes ``OUT/<name>-interactions.*``.
@@ -238,6 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument(
         "--methods", nargs="+", default=None, choices=sorted(token_study.METHODS),
         help="run only these methods (default: the experiment's)",
+    )
+    token.add_argument(
+        "--settings", nargs="+", default=None, metavar="TAG",
+        help="run only these settings, by tag (e.g. sequential-reverse_copy, H8, V2, eta1)",
     )
     return parser
 

@@ -546,13 +546,26 @@ def _check_args(exp: TokenExperiment, args: argparse.Namespace) -> None:
         raise SystemExit(f"unknown method(s) {unknown}; known: {sorted(METHODS)}")
 
 
+def select_settings(
+    exp: TokenExperiment, settings: list[Setting], tags: Sequence[str] | None
+) -> list[Setting]:
+    """The settings whose tag is in ``tags`` (all when ``tags`` is empty), in table order."""
+    if not tags:
+        return settings
+    known = [s.tag for s in settings]
+    unknown = [t for t in tags if t not in known]
+    if unknown:
+        raise SystemExit(f"unknown setting(s) {unknown} for {exp.name!r}; known tags: {known}")
+    return [s for s in settings if s.tag in tags]
+
+
 def build_jobs(
     exp: TokenExperiment, args: argparse.Namespace
 ) -> tuple[list[str], list[Setting], list[Job]]:
     """The methods, settings and jobs of ``exp`` for the parsed command line."""
     _check_args(exp, args)
     methods = list(getattr(args, "methods", None) or exp.methods)
-    settings = exp.settings(args)
+    settings = select_settings(exp, exp.settings(args), getattr(args, "settings", None))
     match = getattr(args, "match", None) or "prompts"
     jobs = []
     for method in methods:
