@@ -225,6 +225,59 @@ def test_shared_prompt_forward_has_the_same_gradient_as_repeated_prompts():
         policy.token_log_probs(prompts, completions[:5], n_samples=3)
 
 
+def test_attention_matches_torch_sdpa_with_and_without_a_cache():
+    from tpo_agents.policies.transformer import attend
+
+    q, k, v = torch.randn(3, 4, 2, 6, 8, dtype=torch.float64).unbind(0)
+    causal = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.allclose(attend(q, k, v), causal, atol=1e-12)
+    # The last 2 queries after 4 cached positions: row i sees keys 0 .. 4 + i.
+    allowed = torch.ones(2, 6, dtype=torch.bool).tril(4)
+    expected = torch.nn.functional.scaled_dot_product_attention(q[..., 4:, :], k, v, attn_mask=allowed)
+    assert torch.allclose(attend(q[..., 4:, :], k, v), expected, atol=1e-12)
+
+
+def test_prompt_index_rows_equal_repeated_prompts_in_value_and_gradient():
+    policy = make_policy().double()
+    prompts = torch.randint(0, 3, (3, 5))
+    prompt_index = torch.tensor([2, 0, 0, 1, 2])
+    completions = torch.randint(0, 3, (5, 5))
+    indexed = policy.token_log_probs(prompts, completions, prompt_index=prompt_index)
+    grads = torch.autograd.grad((indexed**2).sum(), list(policy.parameters()))
+    repeated = policy.token_log_probs(prompts[prompt_index], completions)
+    expected = torch.autograd.grad((repeated**2).sum(), list(policy.parameters()))
+    assert torch.allclose(indexed, repeated, atol=1e-12)
+    assert all(torch.allclose(a, b, atol=1e-9) for a, b in zip(grads, expected))
+    with pytest.raises(ValueError, match="one entry per completion row"):
+        policy.token_log_probs(prompts, completions, prompt_index=prompt_index[:4])
+
+
+def test_identical_completions_are_evaluated_once_with_unchanged_log_probs_and_gradients():
+    policy = make_policy().double()
+    G, K, T = 4, 6, 5
+    prompts = torch.randint(0, 3, (G, T))
+    completions = torch.randint(0, 3, (G, K, T))
+    completions[:, 3:] = completions[:, :1]  # a confident policy repeats its favourite
+    completions[0] = completions[0, 0]  # group 0: all K identical
+    completions = completions.view(G * K, T)
+    batch = SequenceGroupBatch(
+        prompts=prompts, completions=completions, scores=torch.zeros(G, K),
+        mask=torch.ones(G, K, dtype=torch.bool), old_logp=torch.zeros(G, K), step_rewards=torch.zeros(G * K, T),
+    )
+    prompt_index, rows, inverse = batch.distinct_completions
+    assert len(rows) <= 1 + 3 * (K - 2)  # group 0 has one distinct row, the others at most 4
+    assert torch.equal(rows[inverse], completions)
+    assert torch.equal(prompt_index[inverse], torch.arange(G).repeat_interleave(K))
+    got = batch.token_log_probs(policy)
+    table = policy.token_log_probs(prompts, completions, n_samples=K)
+    expected = table.gather(-1, completions.unsqueeze(-1)).squeeze(-1)
+    assert torch.allclose(got, expected, atol=1e-12)
+    weights = torch.randn(G * K, T, dtype=torch.float64)
+    g_got = torch.autograd.grad((weights * got).sum(), list(policy.parameters()))
+    g_expected = torch.autograd.grad((weights * expected).sum(), list(policy.parameters()))
+    assert all(torch.allclose(a, b, atol=1e-9) for a, b in zip(g_got, g_expected))
+
+
 def test_float32_muon_follows_torch_muon():
     from tpo_agents.optim import Float32Muon
 

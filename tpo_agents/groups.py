@@ -16,6 +16,7 @@ per state, however many candidates share it.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -176,9 +177,30 @@ class SequenceGroupBatch(_TensorGroups):
         return self.scores.flatten()
 
     def token_log_probs(self, policy) -> torch.Tensor:
-        """``[G * K, T]`` log-prob of each sampled token."""
-        table = policy.token_log_probs(self.prompts, self.completions, n_samples=self.group_size)
-        return _gather_candidates(table, self.completions.unsqueeze(-1)).squeeze(-1)
+        """``[G * K, T]`` log-prob of each sampled token.
+
+        Identical completions of one prompt (common once a policy is confident) go
+        through the network once: their log-probs, and so their gradients, are the same.
+        """
+        distinct = self.distinct_completions
+        if distinct is None:
+            table = policy.token_log_probs(self.prompts, self.completions, n_samples=self.group_size)
+            return _gather_candidates(table, self.completions.unsqueeze(-1)).squeeze(-1)
+        prompt_index, rows, inverse = distinct
+        table = policy.token_log_probs(self.prompts, rows, prompt_index=prompt_index)
+        return _gather_candidates(table, rows.unsqueeze(-1)).squeeze(-1)[inverse]
+
+    @functools.cached_property
+    def distinct_completions(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """``(prompt_index, rows, inverse)`` of the distinct (prompt, completion) pairs, with
+        ``completions == rows[inverse]`` and row ``r`` continuing prompt ``prompt_index[r]``
+        (None for single-sample batches, whose rows are all distinct)."""
+        if self.group_size == 1:
+            return None
+        group = torch.arange(self.n_groups, device=self.completions.device).repeat_interleave(self.group_size)
+        keyed = torch.cat([group.unsqueeze(1), self.completions], dim=1)
+        unique, inverse = torch.unique(keyed, dim=0, return_inverse=True)
+        return unique[:, 0], unique[:, 1:], inverse
 
     def log_probs(self, policy) -> torch.Tensor:
         return self.token_log_probs(policy).sum(-1).view(self.n_groups, self.group_size)

@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
@@ -24,6 +23,48 @@ from torch import nn
 from tpo_agents.policies.mlp import CategoricalPolicy
 
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal attention of ``T`` new queries ``[B, h, T, dh]`` over ``S >= T`` keys and values
+    whose last ``T`` positions are the queries' own (earlier ones come from a cache).
+
+    Written out (scores, mask, softmax, weighted sum) rather than through
+    ``F.scaled_dot_product_attention``: for the short contexts of token tasks (S <= 2H) on a
+    CPU, the explicit batched matmuls run about twice as fast forward and backward as the
+    fused kernel, whose per-(row, head) blocking overhead dominates at these sizes.
+    """
+    T, S = q.shape[2], k.shape[2]
+    scores = torch.matmul(q, k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5)
+    if T > 1:
+        future = torch.ones(T, S, dtype=torch.bool, device=q.device).triu_(S - T + 1)
+        scores = scores.masked_fill(future, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+class _GatherRows(torch.autograd.Function):
+    """``x.index_select(0, index)`` whose backward makes the incoming gradient contiguous
+    before the scatter-add (the gradient of a cached key arrives as a slice of the
+    concatenated keys' gradient, and index_add on such a slice is several times slower)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(index)
+        ctx.rows = x.shape[0]
+        return x.index_select(0, index)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (index,) = ctx.saved_tensors
+        out = grad.new_zeros((ctx.rows, *grad.shape[1:]))
+        return out.index_add_(0, index, grad.contiguous()), None
+
+
+def _rows(x: torch.Tensor, index: torch.Tensor | int) -> torch.Tensor:
+    """``x[index]`` along dim 0; an int ``n`` means every row ``n`` times in a row."""
+    if isinstance(index, int):
+        index = torch.arange(x.shape[0], device=x.device).repeat_interleave(index)
+    return _GatherRows.apply(x, index)
 
 
 class CausalSelfAttention(nn.Module):
@@ -45,16 +86,8 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:
             k = torch.cat([cache[0], k], dim=2)
             v = torch.cat([cache[1], v], dim=2)
-        past = k.shape[2] - T
-        if past == 0:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
-        elif T == 1:
-            out = F.scaled_dot_product_attention(q, k, v)  # one new position sees everything
-        else:
-            allowed = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(past)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
-        out = out.transpose(1, 2).reshape(B, T, D)
-        return self.proj(out), (k, v)
+        out = attend(q, k, v)
+        return self.proj(out.transpose(1, 2).reshape(B, T, D)), (k, v)
 
 
 class Block(nn.Module):
@@ -212,30 +245,42 @@ class TransformerPolicy(CategoricalPolicy):
 
     # -- whole sequences --------------------------------------------------------
     def token_log_probs(
-        self, prompts: torch.Tensor, completions: torch.Tensor, n_samples: int = 1
+        self,
+        prompts: torch.Tensor,
+        completions: torch.Tensor,
+        n_samples: int = 1,
+        prompt_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``log pi(. | prompt, completion[:t])`` for every completion position, ``[N, T, V]``.
 
-        Teacher-forced, in one pass. With ``n_samples > 1``, ``completions`` holds
-        ``n_samples`` rows per prompt (rows ``b * n + k``) and each prompt is encoded once,
-        its keys/values shared by its completions (with gradient through both).
+        Teacher-forced, in one pass. Completion row ``r`` continues prompt
+        ``prompt_index[r]``; by default row ``r`` continues prompt ``r // n_samples``
+        (``n_samples`` rows per prompt, rows ``b * n + k``). Each prompt is encoded once
+        and its keys/values are shared by its rows (with gradient through both).
         """
-        H, T = prompts.shape[1], completions.shape[1]
-        if n_samples == 1:
+        G, H, T = *prompts.shape, completions.shape[1]
+        if prompt_index is None and n_samples == 1:
             logits, _ = self.net(torch.cat([prompts, completions[:, :-1]], dim=1))
             return torch.log_softmax(logits[:, H - 1 : H - 1 + T], dim=-1)
-        if completions.shape[0] != prompts.shape[0] * n_samples:
+        if prompt_index is None:
+            if completions.shape[0] != G * n_samples:
+                raise ValueError(
+                    f"completions must have {n_samples} rows per prompt: expected "
+                    f"{G * n_samples}, got {completions.shape[0]}"
+                )
+            prompt_index = n_samples
+        elif prompt_index.shape != completions.shape[:1]:
             raise ValueError(
-                f"completions must have {n_samples} rows per prompt: expected "
-                f"{prompts.shape[0] * n_samples}, got {completions.shape[0]}"
+                f"prompt_index needs one entry per completion row ({completions.shape[0]}); "
+                f"got shape {tuple(prompt_index.shape)}"
             )
         h_prompt, cache = self.net.hidden(prompts)
-        first = h_prompt[:, -1:].repeat_interleave(n_samples, dim=0)
-        if T > 1:
-            cache = [(k.repeat_interleave(n_samples, 0), v.repeat_interleave(n_samples, 0)) for k, v in cache]
-            h_rest, _ = self.net.hidden(completions[:, :-1], cache)
-            first = torch.cat([first, h_rest], dim=1)
-        return torch.log_softmax(self.net.head(first), dim=-1)
+        first = _rows(self.net.head(h_prompt[:, -1]), prompt_index).unsqueeze(1)
+        if T == 1:
+            return torch.log_softmax(first, dim=-1)
+        cache = [(_rows(k, prompt_index), _rows(v, prompt_index)) for k, v in cache]
+        h_rest, _ = self.net.hidden(completions[:, :-1], cache)
+        return torch.log_softmax(torch.cat([first, self.net.head(h_rest)], dim=1), dim=-1)
 
     @torch.no_grad()
     def start(self, prompts: torch.Tensor, n_samples: int = 1) -> tuple[torch.Tensor, KVCache]:
