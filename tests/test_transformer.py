@@ -282,7 +282,7 @@ def test_float32_muon_follows_torch_muon():
     from tpo_agents.optim import Float32Muon
 
     torch.manual_seed(0)
-    ours = [torch.nn.Parameter(torch.randn(48, 16)), torch.nn.Parameter(torch.randn(3, 16))]
+    ours = [torch.nn.Parameter(torch.randn(*shape)) for shape in ((48, 16), (3, 16), (16, 8), (8, 16), (5, 5))]
     ref = [torch.nn.Parameter(p.detach().clone()) for p in ours]
     opt_ours, opt_ref = Float32Muon(ours, lr=1e-2, weight_decay=0.1), torch.optim.Muon(ref, lr=1e-2, weight_decay=0.1)
     start = [p.detach().clone() for p in ours]
@@ -296,6 +296,20 @@ def test_float32_muon_follows_torch_muon():
         # torch runs Newton-Schulz in bfloat16: agree to its precision, relative to the move.
         assert (a - b).norm() < 0.02 * (b - s).norm()
     assert set(opt_ours.state_dict()["state"][0]) == set(opt_ref.state_dict()["state"][0])
+
+
+def test_batched_newton_schulz_equals_one_matrix_at_a_time():
+    from tpo_agents.optim import _orthogonalize_all, newton_schulz_orthogonalize
+
+    torch.manual_seed(0)
+    shapes = [(192, 64), (64, 256), (256, 64), (64, 64), (3, 64), (16, 64), (2, 64), (5, 7)]
+    updates = [torch.randn(*s, dtype=torch.float64) for s in shapes]
+    coefficients = (3.4445, -4.7750, 2.0315)
+    together = _orthogonalize_all(updates, coefficients, 5, 1e-7)
+    for u, x in zip(updates, together):
+        alone = newton_schulz_orthogonalize(u.float(), coefficients, 5, 1e-7)
+        assert x.shape == u.shape
+        assert torch.allclose(x, alone, atol=2e-5)
 
 
 def test_sequence_groups_replay_one_prompt_per_group_and_score_it():
