@@ -10,6 +10,9 @@ Baselines, named in the output:
 
 * ``artifact_ms``: the published JAX artifact, jit-compiled, on this 2-core CPU (numbers
   quoted in the project's issue; not re-measured here);
+* ``update_ms_identical_candidates`` (tpo, grpo): the update on the same batch with each
+  group's K completions made identical, as once a policy is solved (identical completions
+  of a prompt are evaluated once), reported as ``identical_candidates_speedup``;
 * ``no_cache_sampling_ms``: our sampler *without* the key/value cache (a full forward
   pass over the prefix for every token), measured in the same run, so the cache's gain
   is a ratio of two numbers from the same machine state;
@@ -24,6 +27,7 @@ heap: see :mod:`tpo_agents.runtime`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -86,8 +90,8 @@ def transformer_flops_per_token(d: int, layers: int, vocab: int, context: float)
 
 
 def iteration_flops(name: str, model) -> float:
-    """FLOPs of one iteration: sampling forwards + (1 old-logp + epochs x 3) training passes
-    (a backward pass costs about two forwards)."""
+    """FLOPs of one iteration: sampling forwards + epochs x 3 training passes (a backward
+    pass costs about two forwards)."""
     net = model.policy.net
     d, L, V = net.tok_emb.embedding_dim, len(net.blocks), net.head.out_features
     H = model.env.get_attr("prompt_length", indices=[0])[0]
@@ -96,10 +100,8 @@ def iteration_flops(name: str, model) -> float:
     sample = (model.batch_size * H + rows * H) * transformer_flops_per_token(d, L, V, 1.5 * H)
     # Sequence groups encode each prompt once for its K completions (see token_log_probs).
     train_tokens = model.batch_size * H + rows * (H - 1) if K > 1 else rows * (2 * H - 1)
-    passes = 1 + 3 * model.n_epochs
-    if name in ("dg", "ppo"):
-        passes += 1  # prepare() reads the old token log-probs once more
-    return sample + passes * train_tokens * transformer_flops_per_token(d, L, V, H)
+    # Old log-probs come from the sampler, so training is epochs x (forward + backward).
+    return sample + 3 * model.n_epochs * train_tokens * transformer_flops_per_token(d, L, V, H)
 
 
 def matmul_peak_gflops(n: int = 1024, repeats: int = 10) -> float:
@@ -143,6 +145,22 @@ def cached_sampling_only_ms(model, repeats: int = 3) -> float:
     return 1e3 * float(np.median(times))
 
 
+def identical_candidates_update_ms(model, repeats: int = 3) -> float:
+    """The update on the last batch with every group's K completions set to its first one,
+    as once a policy is solved: identical completions go through the network once."""
+    batch = model._batch
+    K = batch.group_size
+    same = batch.completions.view(batch.n_groups, K, -1)[:, :1].expand(-1, K, -1).reshape_as(batch.completions)
+    solved = dataclasses.replace(batch, completions=same.contiguous())
+    times = []
+    for _ in range(repeats):
+        model._batch = solved
+        t = time.perf_counter()
+        model.train()
+        times.append(time.perf_counter() - t)
+    return 1e3 * float(np.median(times))
+
+
 def measure(name: str, iterations: int, threads: int) -> dict:
     torch.set_num_threads(threads)
     cls, env_id, H = SETUPS[name]
@@ -163,6 +181,9 @@ def measure(name: str, iterations: int, threads: int) -> dict:
         "no_cache_sampling_ms": no_cache_sampling_ms(model),
     }
     out["kv_cache_speedup"] = out["no_cache_sampling_ms"] / out["policy_sampling_only_ms"]
+    if name in ("tpo", "grpo"):
+        out["update_ms_identical_candidates"] = identical_candidates_update_ms(model)
+        out["identical_candidates_speedup"] = out["update_ms"] / out["update_ms_identical_candidates"]
     if name in ARTIFACT_MS:
         lo, hi = ARTIFACT_MS[name]
         out["artifact_ms"] = [lo, hi]

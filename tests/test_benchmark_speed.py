@@ -1,0 +1,22 @@
+"""The speed benchmark runs end to end and writes its JSON (no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks import speed
+
+
+def test_speed_benchmark_writes_phases_baselines_and_flops(tmp_path):
+    out = tmp_path / "speed.json"
+    result = speed.main(["--threads", "1", "--iterations", "1", "--methods", "tpo", "dg", "--out", str(out)])
+    assert json.loads(out.read_text()) == result
+    row = result["threads"]["1"]
+    assert row["matmul_peak_gflops"] > 0
+    tpo, dg = row["methods"]["tpo"], row["methods"]["dg"]
+    for m in (tpo, dg):
+        assert m["iteration_ms"] > 0 and m["sampling_ms"] > 0 and m["update_ms"] > 0
+        assert m["iteration_ms"] == m["sampling_ms"] + m["update_ms"]
+        assert 0 < m["fraction_of_peak"] and m["kv_cache_speedup"] > 0 and "artifact_ms" in m
+    assert tpo["gflop_per_iteration"] > 4 * dg["gflop_per_iteration"]  # K = 8 and 4 epochs vs 1
+    assert tpo["update_ms_identical_candidates"] > 0 and "update_ms_identical_candidates" not in dg
