@@ -277,3 +277,23 @@ def test_settings_filter_keeps_only_the_named_rows_and_rejects_unknown_tags():
     args.steps = 3
     with pytest.raises(SystemExit, match="unknown setting.*sequential-nope.*known tags"):
         token_study.build_jobs(exp, args)
+
+
+def test_learning_rate_override_reaches_every_agent_and_names_the_results(tmp_path):
+    exp = token_study.TOKEN_EXPERIMENTS["token-vocab"]
+    args = build_parser().parse_args(
+        ["token-vocab", "--vocabs", "2", "--seeds", "1", "--methods", "tpo_token", "dg",
+         "--learning-rate", "1.5e-3", "--match", "interactions"]
+    )
+    args.steps = 2
+    _, _, jobs = token_study.build_jobs(exp, args)
+    assert {j.tag for j in jobs} == {"V2-lr0.0015", "V2-lr0.0015-im"}
+    by_method = {j.method: token_study.make_agent(j) for j in jobs}
+    assert by_method["tpo_token"].lr_schedule(1.0) == pytest.approx(1.5e-3)
+    assert by_method["dg"].lr_schedule(1.0) == pytest.approx(1.5e-3 * math.sqrt(8))  # then matched
+    result = run(tmp_path, "token-vocab", "--vocabs", "2", "--seeds", "1", "--episodes", "2",
+                 "--methods", "dg", "--learning-rate", "1.5e-3", "--workers", "1")
+    assert result["experiment"] == "token-vocab-lr0.0015" and result["config"]["learning_rate"] == 1.5e-3
+    assert (tmp_path / "token-vocab-lr0.0015.json").exists()
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["token-vocab", "--learning-rate", "0"])

@@ -51,7 +51,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from zoo.cli import positive_int  # noqa: E402
+from zoo.cli import positive_float, positive_int  # noqa: E402
 
 ALGOS = ("tpo", "grpo")
 PAPER = {
@@ -65,17 +65,6 @@ PAPER = {
 }
 LOGGED = ("reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "kl", "entropy",
           "tpo/target_entropy", "tpo/kl_target_old", "tpo/zero_variance_frac", "step_time")
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not (value > 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
-    return value
 
 
 def make_envs(args):

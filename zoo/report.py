@@ -123,10 +123,11 @@ def sort_key(entry: Entry, folder: Path) -> tuple:
     """Folder, then reproduce results in the paper's order, benchmarks, others by name."""
     where = entry.path.parent.relative_to(folder).as_posix()
     if entry.kind == "reproduce":
-        base = entry.name.removesuffix("-interactions")
+        base = token_study.base_experiment(entry.name)
+        variant = entry.name != base  # -interactions or -lrLR: after the paper's own run
         base = "mnist" if base.startswith("mnist-") else base
         rank = REPRODUCE_ORDER.index(base) if base in REPRODUCE_ORDER else len(REPRODUCE_ORDER)
-        return (where, 0, rank, entry.name.endswith("-interactions"), entry.name)
+        return (where, 0, rank, variant, entry.name)
     rank = BENCHMARK_ORDER.index(entry.name) if entry.name in BENCHMARK_ORDER else len(BENCHMARK_ORDER)
     return (where, 1 if entry.kind != "other" else 2, rank, False, entry.name)
 
@@ -205,7 +206,7 @@ def result_markdown(entry: Entry) -> str:
     if md.is_file():
         return demote(md.read_text())
     if entry.kind == "reproduce":
-        exp = token_study.TOKEN_EXPERIMENTS.get(entry.name.removesuffix("-interactions"))
+        exp = token_study.TOKEN_EXPERIMENTS.get(token_study.base_experiment(entry.name))
         if exp is not None and "setting_order" in entry.data:
             return demote(token_study.markdown(entry.data, exp))
         return demote(markdown_table(entry.data))

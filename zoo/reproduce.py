@@ -49,7 +49,7 @@ from tqdm import tqdm
 
 from zoo import mnist_study, tabular, token_study
 from zoo.backends import BACKENDS, BackendError, check_backend_args
-from zoo.cli import positive_int
+from zoo.cli import positive_float, positive_int
 from zoo.results import summarize, write_outputs
 
 
@@ -238,6 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument(
         "--methods", nargs="+", default=None, choices=sorted(token_study.METHODS),
         help="run only these methods (default: the experiment's)",
+    )
+    token.add_argument(
+        "--learning-rate", type=positive_float, default=None, metavar="LR",
+        help="every agent's learning rate (default: the paper's 1e-3); results are named *-lrLR",
     )
     token.add_argument(
         "--settings", nargs="+", default=None, metavar="TAG",

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -567,11 +568,15 @@ def build_jobs(
     methods = list(getattr(args, "methods", None) or exp.methods)
     settings = select_settings(exp, exp.settings(args), getattr(args, "settings", None))
     match = getattr(args, "match", None) or "prompts"
+    learning_rate = getattr(args, "learning_rate", None)
     jobs = []
     for method in methods:
         for s in settings:
             agent = dict(s.agent)
             tag = s.tag
+            if learning_rate is not None:
+                agent["learning_rate"] = learning_rate
+                tag += f"-lr{learning_rate:g}"
             if match == "interactions" and method in SINGLE_SAMPLE:
                 agent["interaction_matched"] = True
                 tag += "-im"
@@ -620,6 +625,8 @@ def run_experiment(name: str, args: argparse.Namespace) -> dict:
     out = Path(args.out)
     workers = int(getattr(args, "workers", None) or 1)
     out_name = name if match == "prompts" else f"{name}-interactions"
+    if getattr(args, "learning_rate", None) is not None:
+        out_name += f"-lr{args.learning_rate:g}"
     t0 = time.perf_counter()
     backend: dict = {}
     records = run_jobs(
@@ -637,6 +644,7 @@ def run_experiment(name: str, args: argparse.Namespace) -> dict:
         "episodes": args.steps,
         "seeds": args.seeds,
         "match": match,
+        "learning_rate": getattr(args, "learning_rate", None),
         "methods": methods,
         "settings": [{"label": s.label, "env": s.env, "agent": s.agent} for s in settings],
         "final_window": min(FINAL_WINDOW, args.steps),
@@ -765,7 +773,7 @@ def plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     settings = list(result.get("setting_order") or next(iter(result["methods"].values())))
-    exp = TOKEN_EXPERIMENTS.get(result["experiment"].removesuffix("-interactions"))
+    exp = TOKEN_EXPERIMENTS.get(base_experiment(result["experiment"]))
     sweep = exp.sweep if exp is not None and len(settings) > 1 else None
     ncols = min(4, len(settings))
     nblocks = math.ceil(len(settings) / ncols)
@@ -846,13 +854,19 @@ def _plot_sweep(ax, result: dict, settings: list[str], sweep: tuple[str, str], c
     ax.legend(fontsize=7)
 
 
+def base_experiment(name: str) -> str:
+    """The experiment a result belongs to, from its name: the ``-interactions`` and
+    ``-lrLR`` variants of ``terminal`` (``terminal-interactions-lr0.002``) give ``terminal``."""
+    return re.sub(r"-lr[0-9.e+-]+$", "", name).removesuffix("-interactions")
+
+
 def write_outputs(
     result: dict, out_dir: Path, paper_notes: str = "", log_x: bool = False
 ) -> dict[str, Path]:
     """``OUT/<experiment>.{json,png,md}`` (same signature as :func:`zoo.results.write_outputs`)."""
     out_dir = Path(out_dir)
     name = result["experiment"]
-    exp = TOKEN_EXPERIMENTS[name.removesuffix("-interactions")]
+    exp = TOKEN_EXPERIMENTS[base_experiment(name)]
     paths = {ext: out_dir / f"{name}.{ext}" for ext in ("json", "png", "md")}
     write_json_atomic(paths["json"], result)
     plot(result, paths["png"])
