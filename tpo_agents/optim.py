@@ -64,8 +64,9 @@ class Float32Muon(torch.optim.Muon):
     float32 on CPUs; on a GPU this defers to torch's own step). Same state layout.
 
     The step is batched: momentum and parameter updates use torch's multi-tensor
-    (``_foreach``) kernels, and matrices of one shape are orthogonalized together, which
-    matters for small transformers, where per-call overhead dominates the step."""
+    (``_foreach``) kernels, and matrices of one width are orthogonalized together
+    (:func:`_orthogonalize_all`), which matters for small transformers, where per-call
+    overhead dominates the step."""
 
     @torch.no_grad()
     def step(self, closure=None):
