@@ -67,6 +67,51 @@ def _rows(x: torch.Tensor, index: torch.Tensor | int) -> torch.Tensor:
     return _GatherRows.apply(x, index)
 
 
+class KVBuffer:
+    """Keys and values of every layer in preallocated ``[B, h, capacity, dh]`` tensors, for
+    sampling without gradient: each new token is written in place and attention reads the
+    filled prefix, instead of concatenating the whole cache at every step.
+
+    :param cache: the prompts' keys/values per layer, ``[G, h, P, dh]``.
+    :param capacity: the longest sequence the buffer will hold.
+    :param repeats: rows per prompt (rows ``g * repeats + k`` start from prompt ``g``).
+    """
+
+    def __init__(self, cache: KVCache, capacity: int, repeats: int = 1):
+        G, h, P, dh = cache[0][0].shape
+        if P > capacity:
+            raise ValueError(f"a cache of {P} positions does not fit a buffer of capacity {capacity}")
+        self.length = P
+        self.layers: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for k, v in cache:
+            kb, vb = (t.new_empty(G * repeats, h, capacity, dh) for t in (k, v))
+            kb.view(G, repeats, h, capacity, dh)[:, :, :, :P] = k.unsqueeze(1)
+            vb.view(G, repeats, h, capacity, dh)[:, :, :, :P] = v.unsqueeze(1)
+            self.layers.append((kb, vb))
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __getitem__(self, layer: int) -> _BufferedLayer:
+        return _BufferedLayer(self, layer)
+
+
+class _BufferedLayer:
+    """One layer's view of a :class:`KVBuffer`: appends new keys/values at its length."""
+
+    def __init__(self, buffer: KVBuffer, layer: int):
+        self.buffer, self.layer = buffer, layer
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        kb, vb = self.buffer.layers[self.layer]
+        start, end = self.buffer.length, self.buffer.length + k.shape[2]
+        if end > kb.shape[2]:
+            raise ValueError(f"sequence of {end} tokens exceeds the buffer capacity {kb.shape[2]}")
+        kb[:, :, start:end] = k
+        vb[:, :, start:end] = v
+        return kb[:, :, :end], vb[:, :, :end]
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention that can append to a key/value cache."""
 
@@ -83,7 +128,9 @@ class CausalSelfAttention(nn.Module):
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         B, T, D = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
-        if cache is not None:
+        if isinstance(cache, _BufferedLayer):
+            k, v = cache.extend(k, v)
+        elif cache is not None:
             k = torch.cat([cache[0], k], dim=2)
             v = torch.cat([cache[1], v], dim=2)
         out = attend(q, k, v)
@@ -135,9 +182,15 @@ class CausalTransformer(nn.Module):
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, n_outputs)
 
-    def hidden(self, tokens: torch.Tensor, cache: KVCache | None = None) -> tuple[torch.Tensor, KVCache]:
-        """Final-LayerNorm hidden states ``[B, T, d]`` for ``tokens`` following ``cache``."""
-        start = 0 if cache is None else cache[0][0].shape[2]
+    def hidden(
+        self, tokens: torch.Tensor, cache: KVCache | KVBuffer | None = None
+    ) -> tuple[torch.Tensor, KVCache | KVBuffer]:
+        """Final-LayerNorm hidden states ``[B, T, d]`` for ``tokens`` following ``cache``;
+        returns them with the grown cache (a :class:`KVBuffer` grows in place)."""
+        if cache is None:
+            start = 0
+        else:
+            start = cache.length if isinstance(cache, KVBuffer) else cache[0][0].shape[2]
         T = tokens.shape[1]
         if start + T > self.n_positions:
             raise ValueError(f"sequence of {start + T} tokens exceeds n_positions = {self.n_positions}")
@@ -147,9 +200,14 @@ class CausalTransformer(nn.Module):
         for i, block in enumerate(self.blocks):
             x, kv = block(x, None if cache is None else cache[i])
             new_cache.append(kv)
+        if isinstance(cache, KVBuffer):
+            cache.length += T
+            return self.ln_f(x), cache
         return self.ln_f(x), new_cache
 
-    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> tuple[torch.Tensor, KVCache]:
+    def forward(
+        self, tokens: torch.Tensor, cache: KVCache | KVBuffer | None = None
+    ) -> tuple[torch.Tensor, KVCache | KVBuffer]:
         h, cache = self.hidden(tokens, cache)
         return self.head(h), cache
 
@@ -283,18 +341,18 @@ class TransformerPolicy(CategoricalPolicy):
         return torch.log_softmax(torch.cat([first, self.net.head(h_rest)], dim=1), dim=-1)
 
     @torch.no_grad()
-    def start(self, prompts: torch.Tensor, n_samples: int = 1) -> tuple[torch.Tensor, KVCache]:
+    def start(self, prompts: torch.Tensor, n_samples: int = 1) -> tuple[torch.Tensor, KVBuffer]:
         """Encode the prompts once; return next-token log-probs and the cache, each
-        repeated ``n_samples`` times per prompt (rows ``b * n_samples + k``)."""
+        repeated ``n_samples`` times per prompt (rows ``b * n_samples + k``). The cache is
+        a :class:`KVBuffer` with room for the longest sequence the policy reads."""
         logits, cache = self.net(prompts)
         log_probs = torch.log_softmax(logits[:, -1], dim=-1)
         if n_samples > 1:
             log_probs = log_probs.repeat_interleave(n_samples, dim=0)
-            cache = [(k.repeat_interleave(n_samples, 0), v.repeat_interleave(n_samples, 0)) for k, v in cache]
-        return log_probs, cache
+        return log_probs, KVBuffer(cache, self.net.n_positions, n_samples)
 
     @torch.no_grad()
-    def advance(self, tokens: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, KVCache]:
+    def advance(self, tokens: torch.Tensor, cache: KVBuffer) -> tuple[torch.Tensor, KVBuffer]:
         """Feed one token per row; return the next-token log-probs and the grown cache."""
         logits, cache = self.net(tokens.view(-1, 1), cache)
         return torch.log_softmax(logits[:, -1], dim=-1), cache
