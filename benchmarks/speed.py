@@ -151,7 +151,7 @@ def identical_candidates_update_ms(model, repeats: int = 3) -> float:
     batch = model._batch
     K = batch.group_size
     same = batch.completions.view(batch.n_groups, K, -1)[:, :1].expand(-1, K, -1).reshape_as(batch.completions)
-    solved = dataclasses.replace(batch, completions=same.contiguous())
+    solved = dataclasses.replace(batch, completions=same)
     times = []
     for _ in range(repeats):
         model._batch = solved

@@ -183,8 +183,8 @@ class SequenceGroupBatch(_TensorGroups):
         through the network once: their log-probs, and so their gradients, are the same.
         """
         distinct = self.distinct_completions
-        if distinct is None:
-            table = policy.token_log_probs(self.prompts, self.completions, n_samples=self.group_size)
+        if distinct is None:  # one completion per prompt
+            table = policy.token_log_probs(self.prompts, self.completions)
             return _gather_candidates(table, self.completions.unsqueeze(-1)).squeeze(-1)
         prompt_index, rows, inverse = distinct
         table = policy.token_log_probs(self.prompts, rows, prompt_index=prompt_index)

@@ -19,16 +19,15 @@ def newton_schulz_orthogonalize(
 
     ``g`` is one matrix ``[m, n]`` or a stack of same-shape matrices ``[b, m, n]``, each
     orthogonalized on its own (a stack runs as batched matmuls: fewer, larger calls)."""
+    if g.ndim == 2:
+        return newton_schulz_orthogonalize(g.unsqueeze(0), coefficients, steps, eps)[0]
     a, b, c = coefficients
     tall = g.shape[-2] > g.shape[-1]
     x = g.mT if tall else g
     x = x / torch.linalg.vector_norm(x, dim=(-2, -1), keepdim=True).clamp_min(eps)
     for _ in range(steps):
         gram = x @ x.mT
-        if x.ndim == 3:
-            x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
-        else:
-            x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+        x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
     return x.mT if tall else x
 
 

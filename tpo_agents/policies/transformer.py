@@ -89,9 +89,6 @@ class KVBuffer:
             vb.view(G, repeats, h, capacity, dh)[:, :, :, :P] = v.unsqueeze(1)
             self.layers.append((kb, vb))
 
-    def __len__(self) -> int:
-        return len(self.layers)
-
     def __getitem__(self, layer: int) -> _BufferedLayer:
         return _BufferedLayer(self, layer)
 
@@ -311,7 +308,7 @@ class TransformerPolicy(CategoricalPolicy):
     ) -> torch.Tensor:
         """``log pi(. | prompt, completion[:t])`` for every completion position, ``[N, T, V]``.
 
-        Teacher-forced, in one pass. Completion row ``r`` continues prompt
+        Teacher-forced: one pass over the prompts, one over the rows. Completion row ``r`` continues prompt
         ``prompt_index[r]``; by default row ``r`` continues prompt ``r // n_samples``
         (``n_samples`` rows per prompt, rows ``b * n + k``). Each prompt is encoded once
         and its keys/values are shared by its rows (with gradient through both).
