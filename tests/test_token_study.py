@@ -297,3 +297,24 @@ def test_learning_rate_override_reaches_every_agent_and_names_the_results(tmp_pa
     assert (tmp_path / "token-vocab-lr0.0015.json").exists()
     with pytest.raises(SystemExit):
         build_parser().parse_args(["token-vocab", "--learning-rate", "0"])
+
+
+def test_init_override_reaches_every_policy_and_names_the_results(tmp_path):
+    from tpo_agents.policies.transformer import INITS
+
+    assert token_study.POLICY_INITS == INITS
+    exp = token_study.TOKEN_EXPERIMENTS["token-vocab"]
+    args = build_parser().parse_args(
+        ["token-vocab", "--vocabs", "2", "--seeds", "1", "--methods", "tpo_token",
+         "--learning-rate", "1.5e-3", "--init", "flax"]
+    )
+    args.steps = 2
+    _, _, jobs = token_study.build_jobs(exp, args)
+    assert [j.tag for j in jobs] == ["V2-lr0.0015-initflax"]
+    net = token_study.make_agent(jobs[0]).policy.net
+    assert net.tok_emb.weight.std() < 0.3 and (net.head.bias == 0).all()  # flax: N(0, 1/64), zero bias
+    result = run(tmp_path, "token-vocab", "--vocabs", "2", "--seeds", "1", "--episodes", "2",
+                 "--methods", "dg", "--init", "flax", "--workers", "1")
+    assert result["experiment"] == "token-vocab-initflax" and result["config"]["init"] == "flax"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["token-vocab", "--init", "haiku"])

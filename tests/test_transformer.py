@@ -237,6 +237,21 @@ def test_attention_matches_torch_sdpa_with_and_without_a_cache():
     assert torch.allclose(attend(q[..., 4:, :], k, v), expected, atol=1e-12)
 
 
+@pytest.mark.parametrize("cached", [0, 4])
+def test_attention_gradients_match_torch_sdpa(cached):
+    from tpo_agents.policies.transformer import attend
+
+    q, k, v = (t.requires_grad_() for t in torch.randn(3, 4, 2, 6, 8, dtype=torch.float64).unbind(0))
+    allowed = torch.ones(6 - cached, 6, dtype=torch.bool).tril(cached)
+    expected = torch.nn.functional.scaled_dot_product_attention(q[..., cached:, :], k, v, attn_mask=allowed)
+    weights = torch.randn_like(expected)
+    ours = torch.autograd.grad((attend(q[..., cached:, :], k, v) * weights).sum(), (q, k, v))
+    theirs = torch.autograd.grad((expected * weights).sum(), (q, k, v))
+    for a, b in zip(ours, theirs, strict=True):
+        assert torch.allclose(a, b, atol=1e-10)
+    assert torch.autograd.gradcheck(lambda q, k, v: attend(q[..., cached:, :], k, v), (q, k, v))
+
+
 def test_prompt_index_rows_equal_repeated_prompts_in_value_and_gradient():
     policy = make_policy().double()
     prompts = torch.randint(0, 3, (3, 5))
@@ -340,3 +355,33 @@ def test_rollout_log_probs_recorded_while_sampling_equal_a_teacher_forced_pass(c
     assert batch.old_token_logp.shape == forced.shape
     assert torch.allclose(batch.old_token_logp, forced, atol=1e-5)
     assert torch.allclose(batch.old_logp.flatten(), forced.sum(-1), atol=1e-5)
+
+
+def test_flax_init_has_flax_linen_default_scales():
+    from tpo_agents.policies.transformer import CausalTransformer
+
+    torch.manual_seed(0)
+    net = CausalTransformer(n_tokens=3, n_outputs=2, n_positions=20, d_model=256, init="flax")
+    assert net.tok_emb.weight.std().item() == pytest.approx(256**-0.5, rel=0.1)
+    assert net.pos_emb.weight.std().item() == pytest.approx(256**-0.5, rel=0.05)
+    for linear, fan_in in ((net.blocks[0].attn.qkv, 256), (net.blocks[1].ffn[2], 1024)):
+        w = linear.weight
+        assert w.std().item() == pytest.approx(fan_in**-0.5, rel=0.03)  # LeCun normal, truncated
+        assert w.abs().max().item() <= 2 * fan_in**-0.5 / 0.8796 + 1e-6
+        assert (linear.bias == 0).all()
+    torch.manual_seed(0)
+    default = CausalTransformer(n_tokens=3, n_outputs=2, n_positions=20, d_model=256)
+    assert default.tok_emb.weight.std().item() == pytest.approx(1.0, rel=0.1)  # torch: N(0, 1)
+    with pytest.raises(ValueError, match="init must be one of .*'haiku'"):
+        CausalTransformer(n_tokens=3, n_outputs=2, n_positions=20, init="haiku")
+
+
+def test_init_is_a_policy_kwarg_that_survives_save_and_load(tmp_path):
+    model = TPO("TransformerPolicy", gym.make("TokenReversal-terminal-v0", length=3),
+                policy_kwargs=dict(init="flax"), batch_size=8, seed=0)
+    assert model.policy.arch["init"] == "flax"
+    model.save(tmp_path / "m.zip")
+    loaded = TPO.load(tmp_path / "m.zip")
+    assert loaded.policy.arch["init"] == "flax"
+    for a, b in zip(model.policy.parameters(), loaded.policy.parameters(), strict=True):
+        assert torch.equal(a, b)

@@ -244,6 +244,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="every agent's learning rate (default: the paper's 1e-3); results are named *-lrLR",
     )
     token.add_argument(
+        "--init", choices=token_study.POLICY_INITS, default=None,
+        help="the transformer's initialization (default: torch's); results are named *-initINIT",
+    )
+    token.add_argument(
         "--settings", nargs="+", default=None, metavar="TAG",
         help="run only these settings, by tag (e.g. sequential-reverse_copy, H8, V2, eta1)",
     )

@@ -560,6 +560,22 @@ def select_settings(
     return [s for s in settings if s.tag in tags]
 
 
+# TransformerPolicy's ``init`` choices (tpo_agents.policies.transformer.INITS), named here
+# so the command line parses without importing torch.
+POLICY_INITS = ("torch", "flax")
+
+
+def variant_suffix(args: argparse.Namespace) -> str:
+    """Suffix naming a run's departures from the paper's defaults (``-lr0.0015``,
+    ``-initflax``), for its setting tags and its output files."""
+    suffix = ""
+    if getattr(args, "learning_rate", None) is not None:
+        suffix += f"-lr{args.learning_rate:g}"
+    if getattr(args, "init", None) is not None:
+        suffix += f"-init{args.init}"
+    return suffix
+
+
 def build_jobs(
     exp: TokenExperiment, args: argparse.Namespace
 ) -> tuple[list[str], list[Setting], list[Job]]:
@@ -569,14 +585,16 @@ def build_jobs(
     settings = select_settings(exp, exp.settings(args), getattr(args, "settings", None))
     match = getattr(args, "match", None) or "prompts"
     learning_rate = getattr(args, "learning_rate", None)
+    init = getattr(args, "init", None)
     jobs = []
     for method in methods:
         for s in settings:
             agent = dict(s.agent)
-            tag = s.tag
+            tag = s.tag + variant_suffix(args)
             if learning_rate is not None:
                 agent["learning_rate"] = learning_rate
-                tag += f"-lr{learning_rate:g}"
+            if init is not None:
+                agent["policy_kwargs"] = {**agent.get("policy_kwargs", {}), "init": init}
             if match == "interactions" and method in SINGLE_SAMPLE:
                 agent["interaction_matched"] = True
                 tag += "-im"
@@ -625,8 +643,7 @@ def run_experiment(name: str, args: argparse.Namespace) -> dict:
     out = Path(args.out)
     workers = int(getattr(args, "workers", None) or 1)
     out_name = name if match == "prompts" else f"{name}-interactions"
-    if getattr(args, "learning_rate", None) is not None:
-        out_name += f"-lr{args.learning_rate:g}"
+    out_name += variant_suffix(args)
     t0 = time.perf_counter()
     backend: dict = {}
     records = run_jobs(
@@ -645,6 +662,7 @@ def run_experiment(name: str, args: argparse.Namespace) -> dict:
         "seeds": args.seeds,
         "match": match,
         "learning_rate": getattr(args, "learning_rate", None),
+        "init": getattr(args, "init", None) or "torch",
         "methods": methods,
         "settings": [{"label": s.label, "env": s.env, "agent": s.agent} for s in settings],
         "final_window": min(FINAL_WINDOW, args.steps),
@@ -855,8 +873,10 @@ def _plot_sweep(ax, result: dict, settings: list[str], sweep: tuple[str, str], c
 
 
 def base_experiment(name: str) -> str:
-    """The experiment a result belongs to, from its name: the ``-interactions`` and
-    ``-lrLR`` variants of ``terminal`` (``terminal-interactions-lr0.002``) give ``terminal``."""
+    """The experiment a result belongs to, from its name: the ``-interactions``, ``-lrLR``
+    and ``-initINIT`` variants of ``terminal`` (``terminal-interactions-lr0.002-initflax``)
+    give ``terminal``."""
+    name = re.sub(r"-init[a-z]+$", "", name)
     return re.sub(r"-lr[0-9.e+-]+$", "", name).removesuffix("-interactions")
 
 

@@ -29,17 +29,43 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal attention of ``T`` new queries ``[B, h, T, dh]`` over ``S >= T`` keys and values
     whose last ``T`` positions are the queries' own (earlier ones come from a cache).
 
-    Written out (scores, mask, softmax, weighted sum) rather than through
+    Written out (scores, masked softmax, weighted sum) rather than through
     ``F.scaled_dot_product_attention``: for the short contexts of token tasks (S <= 2H) on a
     CPU, the explicit batched matmuls run about twice as fast forward and backward as the
     fused kernel, whose per-(row, head) blocking overhead dominates at these sizes.
     """
     T, S = q.shape[2], k.shape[2]
-    scores = torch.matmul(q, k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5)
+    future = None
     if T > 1:
         future = torch.ones(T, S, dtype=torch.bool, device=q.device).triu_(S - T + 1)
-        scores = scores.masked_fill(future, float("-inf"))
-    return torch.matmul(torch.softmax(scores, dim=-1), v)
+    weights = _ScaledMaskedSoftmax.apply(torch.matmul(q, k.transpose(-1, -2)), q.shape[-1] ** -0.5, future)
+    return torch.matmul(weights, v)
+
+
+class _ScaledMaskedSoftmax(torch.autograd.Function):
+    """``softmax(scale * scores)`` over the last dim, with ``mask`` (True = excluded) set to
+    ``-inf`` first: one autograd node with an explicit backward ``scale * p * (g - <g, p>)``.
+
+    ``torch.softmax`` over a last dim this short (S <= 2H) is about 5x slower on CPUs than
+    these few whole-tensor operations (its kernel vectorizes along the softmax dim)."""
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor, scale: float, mask: torch.Tensor | None) -> torch.Tensor:
+        p = scores * scale
+        if mask is not None:
+            p.masked_fill_(mask, float("-inf"))
+        p.sub_(p.amax(-1, keepdim=True)).exp_()
+        p.div_(p.sum(-1, keepdim=True))
+        ctx.save_for_backward(p)
+        ctx.scale = scale
+        return p
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (p,) = ctx.saved_tensors
+        g = grad * p
+        g.sub_(p * g.sum(-1, keepdim=True)).mul_(ctx.scale)
+        return g, None, None
 
 
 class _GatherRows(torch.autograd.Function):
@@ -152,6 +178,25 @@ class Block(nn.Module):
         return x + self.ffn(self.ln2(x)), cache
 
 
+INITS = ("torch", "flax")
+
+# A standard normal truncated to +-2 has standard deviation 0.8796; jax's truncated-normal
+# variance scaling divides by it so the truncated draw keeps the requested variance.
+_TRUNCATED_STD = 0.87962566103423978
+
+
+@torch.no_grad()
+def _flax_init(module: nn.Module) -> None:
+    """flax.linen's default initialization of one module (see ``CausalTransformer``)."""
+    if isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=module.embedding_dim**-0.5)
+    elif isinstance(module, nn.Linear):
+        std = module.in_features**-0.5 / _TRUNCATED_STD
+        nn.init.trunc_normal_(module.weight, std=std, a=-2 * std, b=2 * std)
+        if module.bias is not None:
+            module.bias.zero_()
+
+
 class CausalTransformer(nn.Module):
     """Decoder-only transformer: token + learned position embeddings, pre-LN blocks,
     final LayerNorm, linear head.
@@ -159,6 +204,12 @@ class CausalTransformer(nn.Module):
     :param n_tokens: input vocabulary (including padding).
     :param n_outputs: size of the output head (the action count).
     :param n_positions: longest sequence (learned positions).
+    :param init: parameter initialization, one of :data:`INITS`: ``"torch"`` (PyTorch's
+        module defaults: embeddings N(0, 1), linear weights and biases U(+-1/sqrt(fan_in)))
+        or ``"flax"`` (flax.linen's defaults, as in JAX code such as the paper's artifact:
+        embeddings N(0, 1/d_model), linear weights LeCun truncated normal with variance
+        1/fan_in, zero biases). Under Muon, whose updates have a fixed size, the scale of
+        the initial weights sets how far each step moves the network relative to them.
     """
 
     def __init__(
@@ -170,14 +221,19 @@ class CausalTransformer(nn.Module):
         n_layers: int = 2,
         n_heads: int = 2,
         ffn_mult: int = 4,
+        init: str = "torch",
     ):
         super().__init__()
+        if init not in INITS:
+            raise ValueError(f"init must be one of {INITS}; got {init!r}")
         self.n_positions = n_positions
         self.tok_emb = nn.Embedding(n_tokens, d_model)
         self.pos_emb = nn.Embedding(n_positions, d_model)
         self.blocks = nn.ModuleList(Block(d_model, n_heads, ffn_mult) for _ in range(n_layers))
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, n_outputs)
+        if init == "flax":
+            self.apply(_flax_init)
 
     def hidden(
         self, tokens: torch.Tensor, cache: KVCache | KVBuffer | None = None
@@ -244,6 +300,7 @@ class TransformerPolicy(CategoricalPolicy):
     positions over the observation length (2H), final LayerNorm, linear head to V.
 
     :param d_model, n_layers, n_heads, ffn_mult: network sizes.
+    :param init: ``"torch"`` or ``"flax"`` initialization (see :class:`CausalTransformer`).
     :param pad_id: padding id in observations (default: the action count V).
     :param optimizer_class: default Muon for 2-D weight matrices + AdamW for the rest
         (:class:`tpo_agents.optim.MuonAdamW`); any torch optimizer works.
@@ -260,6 +317,7 @@ class TransformerPolicy(CategoricalPolicy):
         n_layers: int = 2,
         n_heads: int = 2,
         ffn_mult: int = 4,
+        init: str = "torch",
         pad_id: int | None = None,
         optimizer_class: type[torch.optim.Optimizer] | None = None,
         optimizer_kwargs: dict[str, Any] | None = None,
@@ -274,7 +332,7 @@ class TransformerPolicy(CategoricalPolicy):
             optimizer_kwargs=optimizer_kwargs,
             normalize_images=False,
         )
-        self.arch = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, ffn_mult=ffn_mult)
+        self.arch = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, ffn_mult=ffn_mult, init=init)
         self.pad_id = pad
         self.n_tokens = max(n_actions, pad) + 1
         self.net = CausalTransformer(self.n_tokens, n_actions, length, **self.arch)
@@ -380,12 +438,13 @@ class TransformerExtractor(BaseFeaturesExtractor):
         n_heads: int = 2,
         ffn_mult: int = 4,
         pad_id: int | None = None,
+        init: str = "torch",
     ):
         super().__init__(observation_space, d_model)
         self.pad_id = n_actions if pad_id is None else int(pad_id)
         self.n_tokens = max(n_actions, self.pad_id) + 1
         self.net = CausalTransformer(
-            self.n_tokens, n_actions, observation_space.shape[0], d_model, n_layers, n_heads, ffn_mult
+            self.n_tokens, n_actions, observation_space.shape[0], d_model, n_layers, n_heads, ffn_mult, init
         )
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
