@@ -317,4 +317,4 @@ def test_init_override_reaches_every_policy_and_names_the_results(tmp_path):
                  "--methods", "dg", "--init", "flax", "--workers", "1")
     assert result["experiment"] == "token-vocab-initflax" and result["config"]["init"] == "flax"
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["token-vocab", "--init", "haiku"])
+        build_parser().parse_args(["token-vocab", "--init", "keras"])

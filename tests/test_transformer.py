@@ -357,7 +357,7 @@ def test_rollout_log_probs_recorded_while_sampling_equal_a_teacher_forced_pass(c
     assert torch.allclose(batch.old_logp.flatten(), forced.sum(-1), atol=1e-5)
 
 
-def test_flax_init_has_flax_linen_default_scales():
+def test_jax_library_inits_have_their_default_scales():
     from tpo_agents.policies.transformer import CausalTransformer
 
     torch.manual_seed(0)
@@ -370,10 +370,17 @@ def test_flax_init_has_flax_linen_default_scales():
         assert w.abs().max().item() <= 2 * fan_in**-0.5 / 0.8796 + 1e-6
         assert (linear.bias == 0).all()
     torch.manual_seed(0)
+    haiku = CausalTransformer(n_tokens=3, n_outputs=2, n_positions=20, d_model=256, init="haiku")
+    # haiku: N(0, 1) and N(0, 1/fan_in) truncated at 2 std, without rescaling (std x 0.88).
+    assert haiku.pos_emb.weight.std().item() == pytest.approx(0.8796, rel=0.05)
+    assert haiku.pos_emb.weight.abs().max().item() <= 2.0
+    assert haiku.blocks[0].ffn[0].weight.std().item() == pytest.approx(0.8796 / 16, rel=0.03)
+    assert (haiku.blocks[0].ffn[0].bias == 0).all()
+    torch.manual_seed(0)
     default = CausalTransformer(n_tokens=3, n_outputs=2, n_positions=20, d_model=256)
     assert default.tok_emb.weight.std().item() == pytest.approx(1.0, rel=0.1)  # torch: N(0, 1)
-    with pytest.raises(ValueError, match="init must be one of .*'haiku'"):
-        CausalTransformer(n_tokens=3, n_outputs=2, n_positions=20, init="haiku")
+    with pytest.raises(ValueError, match="init must be one of .*'keras'"):
+        CausalTransformer(n_tokens=3, n_outputs=2, n_positions=20, init="keras")
 
 
 def test_init_is_a_policy_kwarg_that_survives_save_and_load(tmp_path):

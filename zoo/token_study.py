@@ -562,7 +562,7 @@ def select_settings(
 
 # TransformerPolicy's ``init`` choices (tpo_agents.policies.transformer.INITS), named here
 # so the command line parses without importing torch.
-POLICY_INITS = ("torch", "flax")
+POLICY_INITS = ("torch", "haiku", "flax")
 
 
 def variant_suffix(args: argparse.Namespace) -> str:

@@ -11,6 +11,7 @@ pass. The log-probabilities of whole sequences come from one teacher-forced forw
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -178,7 +179,7 @@ class Block(nn.Module):
         return x + self.ffn(self.ln2(x)), cache
 
 
-INITS = ("torch", "flax")
+INITS = ("torch", "haiku", "flax")
 
 # A standard normal truncated to +-2 has standard deviation 0.8796; jax's truncated-normal
 # variance scaling divides by it so the truncated draw keeps the requested variance.
@@ -186,12 +187,18 @@ _TRUNCATED_STD = 0.87962566103423978
 
 
 @torch.no_grad()
-def _flax_init(module: nn.Module) -> None:
-    """flax.linen's default initialization of one module (see ``CausalTransformer``)."""
+def _jax_library_init(module: nn.Module, library: str) -> None:
+    """The default initialization of ``library`` ("haiku" or "flax") for one module (see
+    ``CausalTransformer``); LayerNorms start at scale 1, offset 0 everywhere."""
     if isinstance(module, nn.Embedding):
-        nn.init.normal_(module.weight, std=module.embedding_dim**-0.5)
+        if library == "haiku":
+            nn.init.trunc_normal_(module.weight, std=1.0, a=-2.0, b=2.0)
+        else:
+            nn.init.normal_(module.weight, std=module.embedding_dim**-0.5)
     elif isinstance(module, nn.Linear):
-        std = module.in_features**-0.5 / _TRUNCATED_STD
+        # haiku truncates N(0, 1/fan_in) at two standard deviations; flax rescales the
+        # truncated draw back to variance 1/fan_in.
+        std = module.in_features**-0.5 / (_TRUNCATED_STD if library == "flax" else 1.0)
         nn.init.trunc_normal_(module.weight, std=std, a=-2 * std, b=2 * std)
         if module.bias is not None:
             module.bias.zero_()
@@ -204,12 +211,15 @@ class CausalTransformer(nn.Module):
     :param n_tokens: input vocabulary (including padding).
     :param n_outputs: size of the output head (the action count).
     :param n_positions: longest sequence (learned positions).
-    :param init: parameter initialization, one of :data:`INITS`: ``"torch"`` (PyTorch's
-        module defaults: embeddings N(0, 1), linear weights and biases U(+-1/sqrt(fan_in)))
-        or ``"flax"`` (flax.linen's defaults, as in JAX code such as the paper's artifact:
-        embeddings N(0, 1/d_model), linear weights LeCun truncated normal with variance
-        1/fan_in, zero biases). Under Muon, whose updates have a fixed size, the scale of
-        the initial weights sets how far each step moves the network relative to them.
+    :param init: parameter initialization, the defaults of one library (:data:`INITS`):
+        ``"torch"`` (embeddings N(0, 1); linear weights and biases U(+-1/sqrt(fan_in))),
+        ``"haiku"`` (embeddings N(0, 1) and linear weights N(0, 1/fan_in), both truncated at
+        two standard deviations; zero biases) or ``"flax"`` (embeddings N(0, 1/d_model);
+        linear weights truncated normal rescaled to variance 1/fan_in; zero biases).
+        Under Muon, whose steps have a fixed size, the initial scale sets how far each
+        step moves the network: on Table 1 ``"haiku"`` takes off close to the paper's
+        JAX artifact, ``"torch"`` about 1.4x later, ``"flax"`` about 1.3x earlier
+        (``docs/results/README.md``).
     """
 
     def __init__(
@@ -232,8 +242,8 @@ class CausalTransformer(nn.Module):
         self.blocks = nn.ModuleList(Block(d_model, n_heads, ffn_mult) for _ in range(n_layers))
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, n_outputs)
-        if init == "flax":
-            self.apply(_flax_init)
+        if init != "torch":
+            self.apply(functools.partial(_jax_library_init, library=init))
 
     def hidden(
         self, tokens: torch.Tensor, cache: KVCache | KVBuffer | None = None
@@ -300,7 +310,8 @@ class TransformerPolicy(CategoricalPolicy):
     positions over the observation length (2H), final LayerNorm, linear head to V.
 
     :param d_model, n_layers, n_heads, ffn_mult: network sizes.
-    :param init: ``"torch"`` or ``"flax"`` initialization (see :class:`CausalTransformer`).
+    :param init: ``"torch"``, ``"haiku"`` or ``"flax"`` initialization (see
+        :class:`CausalTransformer`).
     :param pad_id: padding id in observations (default: the action count V).
     :param optimizer_class: default Muon for 2-D weight matrices + AdamW for the rest
         (:class:`tpo_agents.optim.MuonAdamW`); any torch optimizer works.
