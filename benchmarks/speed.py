@@ -10,6 +10,9 @@ Baselines, named in the output:
 
 * ``artifact_ms``: the published JAX artifact, jit-compiled, on this 2-core CPU (numbers
   quoted in the project's issue; not re-measured here);
+* ``jax_baseline`` (tpo): our own jit-compiled JAX implementation of the same iteration
+  (:mod:`benchmarks.jax_baseline`), measured in the same run at the same thread count, and
+  ``speedup_vs_jax``, its time over ours;
 * ``update_ms_identical_candidates`` (tpo, grpo): the update on the same batch with each
   group's K completions made identical, as once a policy is solved (identical completions
   of a prompt are evaluated once), reported as ``identical_candidates_speedup``;
@@ -20,7 +23,7 @@ Baselines, named in the output:
   ceiling against which the achieved GFLOP/s of each iteration are reported.
 
 Usage: ``python benchmarks/speed.py [--threads 1 2] [--iterations 5] [--malloc keep|default]
-[--out results/speed.json]`` (``keep``, the default, keeps freed activation memory in the
+[--no-jax-baseline] [--out results/speed.json]`` (``keep``, the default, keeps freed activation memory in the
 heap: see :mod:`tpo_agents.runtime`).
 """
 
@@ -29,8 +32,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the ``benchmarks`` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gymnasium as gym
 import numpy as np
@@ -38,6 +45,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 import tpo_gym  # noqa: F401
+from benchmarks import jax_baseline
 from tpo_agents import DG, GRPO, TPO, CriticFreePPO
 from tpo_agents.runtime import keep_freed_memory
 
@@ -48,6 +56,8 @@ ARTIFACT_MS = {
     "dg": (55, 55),
     "ppo": (115, 115),
 }
+
+JAX_FIELDS = ("iteration_ms", "sampling_ms", "update_ms", "compile_s", "busy_threads", "jax_version")
 
 SETUPS = {
     "tpo": (TPO, "TokenReversal-terminal-v0", 8),
@@ -161,7 +171,7 @@ def identical_candidates_update_ms(model, repeats: int = 3) -> float:
     return 1e3 * float(np.median(times))
 
 
-def measure(name: str, iterations: int, threads: int) -> dict:
+def measure(name: str, iterations: int, threads: int, jax: bool = True) -> dict:
     torch.set_num_threads(threads)
     cls, env_id, H = SETUPS[name]
     model = cls("TransformerPolicy", gym.make(env_id, length=H), seed=0)
@@ -184,6 +194,10 @@ def measure(name: str, iterations: int, threads: int) -> dict:
     if name in ("tpo", "grpo"):
         out["update_ms_identical_candidates"] = identical_candidates_update_ms(model)
         out["identical_candidates_speedup"] = out["update_ms"] / out["update_ms_identical_candidates"]
+    if name == "tpo" and jax:
+        ref = jax_baseline.measure(threads, iterations)
+        out["jax_baseline"] = {k: ref[k] for k in JAX_FIELDS}
+        out["speedup_vs_jax"] = ref["iteration_ms"] / out["iteration_ms"]
     if name in ARTIFACT_MS:
         lo, hi = ARTIFACT_MS[name]
         out["artifact_ms"] = [lo, hi]
@@ -203,6 +217,10 @@ def main(argv: list[str] | None = None) -> dict:
         default="keep",
         help="keep: raise glibc's mmap/trim thresholds (tpo_agents.runtime.keep_freed_memory)",
     )
+    parser.add_argument(
+        "--no-jax-baseline", dest="jax_baseline", action="store_false",
+        help="skip the same-run JAX baseline of sequence-level TPO (needs jax and optax)",
+    )
     args = parser.parse_args(argv)
     if args.malloc == "keep":
         keep_freed_memory()
@@ -211,14 +229,15 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(threads)
         row = {"matmul_peak_gflops": matmul_peak_gflops(), "methods": {}}
         for name in args.methods:
-            row["methods"][name] = m = measure(name, args.iterations, threads)
+            row["methods"][name] = m = measure(name, args.iterations, threads, args.jax_baseline)
             m["fraction_of_peak"] = m["achieved_gflops"] / row["matmul_peak_gflops"]
             print(
                 f"threads={threads} {name:10s} {m['iteration_ms']:7.1f} ms/iter "
                 f"(sampling {m['sampling_ms']:6.1f}, update {m['update_ms']:6.1f}) "
                 f"{m['achieved_gflops']:5.2f} GFLOP/s = {100 * m['fraction_of_peak']:4.1f}% of peak; "
                 f"KV cache x{m['kv_cache_speedup']:.1f}"
-                + (f"; artifact {m['artifact_ms']} ms" if "artifact_ms" in m else ""),
+                + (f"; artifact {m['artifact_ms']} ms" if "artifact_ms" in m else "")
+                + (f"; JAX {m['jax_baseline']['iteration_ms']:.1f} ms" if "jax_baseline" in m else ""),
                 flush=True,
             )
         result["threads"][str(threads)] = row

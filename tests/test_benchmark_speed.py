@@ -20,3 +20,6 @@ def test_speed_benchmark_writes_phases_baselines_and_flops(tmp_path):
         assert 0 < m["fraction_of_peak"] and m["kv_cache_speedup"] > 0 and "artifact_ms" in m
     assert tpo["gflop_per_iteration"] > 4 * dg["gflop_per_iteration"]  # K = 8 and 4 epochs vs 1
     assert tpo["update_ms_identical_candidates"] > 0 and "update_ms_identical_candidates" not in dg
+    jax = tpo["jax_baseline"]
+    assert jax["iteration_ms"] > 0 and jax["busy_threads"] == 1 and "jax_baseline" not in dg
+    assert tpo["speedup_vs_jax"] == jax["iteration_ms"] / tpo["iteration_ms"]

@@ -188,7 +188,7 @@ def test_interaction_matching_gives_single_sample_methods_batch_bk(tmp_path, mon
     _, _, jobs = token_study.build_jobs(exp, args)
     by_method = {j.method: j for j in jobs}
     for method in ("dg", "ppo"):
-        assert by_method[method].agent == {"interaction_matched": True}
+        assert by_method[method].agent == {"interaction_matched": True, "policy_kwargs": {"init": "haiku"}}
         model = token_study.make_agent(by_method[method])
         assert model.batch_size == 800 and model.lr_schedule(1.0) == pytest.approx(
             1e-3 * math.sqrt(8)
@@ -300,9 +300,9 @@ def test_learning_rate_override_reaches_every_agent_and_names_the_results(tmp_pa
 
 
 def test_init_override_reaches_every_policy_and_names_the_results(tmp_path):
-    from tpo_agents.policies.transformer import INITS
+    from tpo_agents.policies.transformer import DEFAULT_INIT, INITS
 
-    assert token_study.POLICY_INITS == INITS
+    assert (token_study.POLICY_INITS, token_study.DEFAULT_POLICY_INIT) == (INITS, DEFAULT_INIT)
     exp = token_study.TOKEN_EXPERIMENTS["token-vocab"]
     args = build_parser().parse_args(
         ["token-vocab", "--vocabs", "2", "--seeds", "1", "--methods", "tpo_token",

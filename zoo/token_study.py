@@ -560,9 +560,10 @@ def select_settings(
     return [s for s in settings if s.tag in tags]
 
 
-# TransformerPolicy's ``init`` choices (tpo_agents.policies.transformer.INITS), named here
-# so the command line parses without importing torch.
+# TransformerPolicy's ``init`` choices and default (tpo_agents.policies.transformer.INITS,
+# DEFAULT_INIT), named here so the command line parses without importing torch.
 POLICY_INITS = ("torch", "haiku", "flax")
+DEFAULT_POLICY_INIT = "haiku"
 
 
 def variant_suffix(args: argparse.Namespace) -> str:
@@ -593,8 +594,8 @@ def build_jobs(
             tag = s.tag + variant_suffix(args)
             if learning_rate is not None:
                 agent["learning_rate"] = learning_rate
-            if init is not None:
-                agent["policy_kwargs"] = {**agent.get("policy_kwargs", {}), "init": init}
+            # Always named, so a cached result records the initialization it was made with.
+            agent["policy_kwargs"] = {**agent.get("policy_kwargs", {}), "init": init or DEFAULT_POLICY_INIT}
             if match == "interactions" and method in SINGLE_SAMPLE:
                 agent["interaction_matched"] = True
                 tag += "-im"
@@ -662,7 +663,7 @@ def run_experiment(name: str, args: argparse.Namespace) -> dict:
         "seeds": args.seeds,
         "match": match,
         "learning_rate": getattr(args, "learning_rate", None),
-        "init": getattr(args, "init", None) or "torch",
+        "init": getattr(args, "init", None) or DEFAULT_POLICY_INIT,
         "methods": methods,
         "settings": [{"label": s.label, "env": s.env, "agent": s.agent} for s in settings],
         "final_window": min(FINAL_WINDOW, args.steps),
