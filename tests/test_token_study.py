@@ -194,7 +194,7 @@ def test_interaction_matching_gives_single_sample_methods_batch_bk(tmp_path, mon
             1e-3 * math.sqrt(8)
         )
     for method in ("tpo", "grpo", "grpo_no_kl"):
-        assert by_method[method].agent == {}
+        assert by_method[method].agent == {"policy_kwargs": {"init": "haiku"}}
         model = token_study.make_agent(by_method[method])
         assert model.batch_size == 100 and model.n_candidates == 8
         assert model.lr_schedule(1.0) == pytest.approx(1e-3)

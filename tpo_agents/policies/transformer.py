@@ -310,7 +310,8 @@ class TransformerPolicy(CategoricalPolicy):
     """Causal-transformer policy over a token vocabulary (the paper's Token Reversal policy).
 
     Defaults are the paper's: d_model 64, 2 layers, 2 heads, FFN 4x GELU, learned
-    positions over the observation length (2H), final LayerNorm, linear head to V.
+    positions over the observation length (2H), final LayerNorm, linear head to V, and
+    haiku's initialization scales (which reproduce the paper's JAX artifact's learning speed).
 
     :param d_model, n_layers, n_heads, ffn_mult: network sizes.
     :param init: ``"haiku"`` (default), ``"torch"`` or ``"flax"`` initialization (see
