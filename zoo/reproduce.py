@@ -245,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     token.add_argument(
         "--init", choices=token_study.POLICY_INITS, default=None,
-        help="the transformer's initialization (default: torch's); results are named *-initINIT",
+        help="the transformer's initialization (default: haiku's); results are named *-initINIT",
     )
     token.add_argument(
         "--settings", nargs="+", default=None, metavar="TAG",
