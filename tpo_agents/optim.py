@@ -13,18 +13,21 @@ _FUSED_ADAMW = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 4)
 
 
 def newton_schulz_orthogonalize(
-    g: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float
+    g: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float, add_eps: bool = False
 ) -> torch.Tensor:
     """Muon's quintic Newton-Schulz iteration (``~ U V^T`` of ``g = U S V^T``) in g's dtype.
 
     ``g`` is one matrix ``[m, n]`` or a stack of same-shape matrices ``[b, m, n]``, each
-    orthogonalized on its own (a stack runs as batched matmuls: fewer, larger calls)."""
+    orthogonalized on its own (a stack runs as batched matmuls: fewer, larger calls). The
+    iteration starts from ``g / max(||g||_F, eps)`` (torch's Muon) or, with ``add_eps``,
+    ``g / (||g||_F + eps)`` (optax's)."""
     if g.ndim == 2:
-        return newton_schulz_orthogonalize(g.unsqueeze(0), coefficients, steps, eps)[0]
+        return newton_schulz_orthogonalize(g.unsqueeze(0), coefficients, steps, eps, add_eps)[0]
     a, b, c = coefficients
     tall = g.shape[-2] > g.shape[-1]
     x = g.mT if tall else g
-    x = x / torch.linalg.vector_norm(x, dim=(-2, -1), keepdim=True).clamp_min(eps)
+    norm = torch.linalg.vector_norm(x, dim=(-2, -1), keepdim=True)
+    x = x / (norm + eps if add_eps else norm.clamp_min(eps))
     for _ in range(steps):
         gram = x @ x.mT
         x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
@@ -32,7 +35,11 @@ def newton_schulz_orthogonalize(
 
 
 def _orthogonalize_all(
-    updates: list[torch.Tensor], coefficients: tuple[float, float, float], steps: int, eps: float
+    updates: list[torch.Tensor],
+    coefficients: tuple[float, float, float],
+    steps: int,
+    eps: float,
+    add_eps: bool = False,
 ) -> list[torch.Tensor]:
     """Newton-Schulz of every matrix, as few batched calls as possible.
 
@@ -50,7 +57,7 @@ def _orthogonalize_all(
         stack = wide[members[0]].new_zeros((len(members), rows, width), dtype=torch.float32)
         for j, i in enumerate(members):
             stack[j, : wide[i].shape[0]] = wide[i]
-        ortho = newton_schulz_orthogonalize(stack, coefficients, steps, eps)
+        ortho = newton_schulz_orthogonalize(stack, coefficients, steps, eps, add_eps)
         for j, i in enumerate(members):
             x = ortho[j, : wide[i].shape[0]]
             out[i] = x if updates[i].shape[0] <= updates[i].shape[1] else x.T
@@ -195,3 +202,113 @@ class MuonAdamW(torch.optim.Optimizer):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+
+
+OPTAX_NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+"""optax's (and Keller Jordan's) quintic Newton-Schulz coefficients."""
+
+
+class OptaxMuon(torch.optim.Optimizer):
+    """``optax.contrib.muon`` with its defaults, step for step, for parameters stored in
+    flax's layout (the paper's optimizer; see :mod:`tpo_agents.policies.paper_transformer`).
+
+    Which parameters get Muon is decided by rank alone, as optax does: every ``ndim == 2``
+    array (kernels ``(fan_in, fan_out)``, embeddings, and 2-D biases too), AdamW for the
+    rest (1-D biases, LayerNorms, and the 3-D attention kernels). Per step ``t``:
+
+    * Muon: ``mu <- beta mu + (1 - beta) g``; bias-corrected Nesterov
+      ``m = beta mu / (1 - beta^(t+1)) + (1 - beta) g / (1 - beta^t)``; ``m / (||m||_F + eps)``
+      through 5 Newton-Schulz steps (on the transpose when rows > columns); scaled by
+      ``sqrt(max(1, shape[1] / shape[0]))``; ``p <- p - lr (update + weight_decay p)``.
+    * AdamW (``nesterov=True``): the same bias-corrected Nesterov first moment with
+      ``betas[0]``, ``v / (1 - betas[1]^t)``, ``m / (sqrt(v) + eps)``,
+      ``p <- p - lr (update + adam_weight_decay p)``.
+
+    This differs from :class:`MuonAdamW` (torch's Muon) in the momentum (bias-corrected),
+    the shape scaling (optax's ``fan_out / fan_in`` on axis 0 / 1 versus torch's rows /
+    columns), the normalisation (``+ eps`` versus ``max(., eps)``), and AdamW's Nesterov.
+
+    :param lr: learning rate of both parts (the artifact: 1e-3).
+    :param beta: Muon momentum (0.95).
+    :param eps: Newton-Schulz normalisation and AdamW epsilon (1e-8).
+    :param betas: AdamW's ``(b1, b2)``.
+    :param weight_decay: Muon's decoupled weight decay (0).
+    :param adam_weight_decay: AdamW's weight decay (0).
+    :param ns_steps: Newton-Schulz iterations (5).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        lr: float = 1e-3,
+        beta: float = 0.95,
+        eps: float = 1e-8,
+        betas: tuple[float, float] = (0.9, 0.999),
+        weight_decay: float = 0.0,
+        adam_weight_decay: float = 0.0,
+        ns_steps: int = 5,
+    ):
+        params = [p for p in params if p.requires_grad]
+        if not params:
+            raise ValueError("OptaxMuon got no parameters that require gradients")
+        for name, value, ok in (
+            ("lr", lr, lr >= 0),
+            ("beta", beta, 0 <= beta < 1),
+            ("eps", eps, eps >= 0),
+            ("betas", betas, len(betas) == 2 and all(0 <= b < 1 for b in betas)),
+            ("ns_steps", ns_steps, int(ns_steps) == ns_steps and ns_steps >= 0),
+        ):
+            if not ok:
+                raise ValueError(f"OptaxMuon: invalid {name} = {value!r}")
+        groups = [
+            dict(params=[p for p in params if p.ndim == 2], kind="muon", weight_decay=weight_decay),
+            dict(params=[p for p in params if p.ndim != 2], kind="adam", weight_decay=adam_weight_decay),
+        ]
+        defaults = dict(lr=lr, beta=beta, eps=eps, betas=tuple(betas), ns_steps=int(ns_steps))
+        super().__init__([g for g in groups if g["params"]], defaults)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            grads = [p.grad.float() for p in params]
+            states = [self.state[p] for p in params]
+            for p, st in zip(params, states):
+                if not st:
+                    st["step"] = 0
+                    st["mu"] = torch.zeros_like(p, dtype=torch.float32)
+                    if group["kind"] == "adam":
+                        st["nu"] = torch.zeros_like(p, dtype=torch.float32)
+                st["step"] += 1
+            # Every parameter of a group has taken the same number of steps.
+            t = states[0]["step"]
+            b1 = group["beta"] if group["kind"] == "muon" else group["betas"][0]
+            mus = [st["mu"] for st in states]
+            torch._foreach_lerp_(mus, grads, 1 - b1)
+            # optax's bias-corrected Nesterov momentum: b1 mu / (1 - b1^(t+1)) + (1 - b1) g / (1 - b1^t).
+            m_hat = torch._foreach_mul(mus, b1 / (1 - b1 ** (t + 1)))
+            torch._foreach_add_(m_hat, grads, alpha=(1 - b1) / (1 - b1**t))
+            if group["kind"] == "muon":
+                updates = _orthogonalize_all(
+                    m_hat, OPTAX_NS_COEFFICIENTS, group["ns_steps"], group["eps"], add_eps=True
+                )
+                updates = [u * math.sqrt(max(1.0, p.shape[1] / p.shape[0])) for u, p in zip(updates, params)]
+            else:
+                b2 = group["betas"][1]
+                nus = [st["nu"] for st in states]
+                torch._foreach_mul_(nus, b2)
+                torch._foreach_addcmul_(nus, grads, grads, value=1 - b2)
+                denom = torch._foreach_div(nus, 1 - b2**t)
+                torch._foreach_sqrt_(denom)
+                torch._foreach_add_(denom, group["eps"])
+                updates = torch._foreach_div(m_hat, denom)
+            if group["weight_decay"]:
+                torch._foreach_add_(updates, params, alpha=group["weight_decay"])
+            torch._foreach_add_(params, [u.to(p.dtype) for u, p in zip(updates, params)], alpha=-group["lr"])
+        return loss

@@ -244,8 +244,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="every agent's learning rate (default: the paper's 1e-3); results are named *-lrLR",
     )
     token.add_argument(
+        "--substrate", choices=token_study.SUBSTRATES, default=token_study.DEFAULT_SUBSTRATE,
+        help="paper (default): the paper's JAX artifact's parameter layout, initialization and "
+        "optax Muon; ours: torch layout, haiku init, torch Muon (docs/substrates.md); "
+        "results are named *-paper / *-ours",
+    )
+    token.add_argument(
         "--init", choices=token_study.POLICY_INITS, default=None,
-        help="the transformer's initialization (default: haiku's); results are named *-initINIT",
+        help="with --substrate ours: the transformer's initialization (default: haiku's); "
+        "results are named *-ours-initINIT",
     )
     token.add_argument(
         "--settings", nargs="+", default=None, metavar="TAG",

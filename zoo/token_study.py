@@ -51,9 +51,14 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "tpo_token": ("TPO", {}),
     "tpo": ("TPO", {}),
     "grpo_token": ("GRPO", {"beta": 0.04, "clip_range": 0.2}),
-    "grpo": ("GRPO", {"beta": 0.04, "clip_range": 0.2}),
-    "grpo_no_kl": ("GRPO", {"beta": 0.0, "clip_range": 0.2}),
-    "grpo_masked": ("GRPO", {"beta": 0.04, "clip_range": 0.2, "mask_zero_variance": True}),
+    # Sequence-level GRPO (terminal reward) as the paper's Table 3 ran it: one clipped ratio
+    # and one KL term per completion, on whole-sequence log-probs.
+    "grpo": ("GRPO", {"beta": 0.04, "clip_range": 0.2, "ratio_level": "sequence"}),
+    "grpo_no_kl": ("GRPO", {"beta": 0.0, "clip_range": 0.2, "ratio_level": "sequence"}),
+    "grpo_masked": (
+        "GRPO",
+        {"beta": 0.04, "clip_range": 0.2, "mask_zero_variance": True, "ratio_level": "sequence"},
+    ),
     "dg": ("DG", {"n_epochs": 1}),
     "pg": ("PG", {}),
     "ppo": ("CriticFreePPO", {}),
@@ -194,6 +199,9 @@ def run_job(job: Job, progress: Any = None) -> dict:
             "n_epochs": model.n_epochs,
             "learning_rate": float(model.lr_schedule(1.0)),
             "n_envs": model.n_envs,
+            "substrate": model.policy.arch.get("substrate"),
+            "init": model.policy.arch.get("init", "flax (the artifact's)"),
+            "optimizer": type(model.policy.optimizer).__name__,
         },
         "error": error,
         "grad_norm": [s.get("grad_norm", math.nan) for s in stats],
@@ -560,16 +568,39 @@ def select_settings(
     return [s for s in settings if s.tag in tags]
 
 
-# TransformerPolicy's ``init`` choices and default (tpo_agents.policies.transformer.INITS,
-# DEFAULT_INIT), named here so the command line parses without importing torch.
+# TransformerPolicy's ``init`` and ``substrate`` choices and defaults
+# (tpo_agents.policies.transformer.INITS, DEFAULT_INIT, SUBSTRATES), named here so the
+# command line parses without importing torch.
 POLICY_INITS = ("torch", "haiku", "flax")
 DEFAULT_POLICY_INIT = "haiku"
+SUBSTRATES = ("ours", "paper")
+DEFAULT_SUBSTRATE = "paper"
+"""``zoo.reproduce`` reproduces the paper, so it trains on the paper's substrate unless told."""
+
+
+def substrate_of(args: argparse.Namespace) -> str:
+    substrate = getattr(args, "substrate", None) or DEFAULT_SUBSTRATE
+    if substrate not in SUBSTRATES:
+        raise SystemExit(f"--substrate must be one of {SUBSTRATES}; got {substrate!r}")
+    if substrate == "paper" and getattr(args, "init", None) is not None:
+        raise SystemExit("--init applies to --substrate ours (the paper substrate has flax's initialization)")
+    return substrate
+
+
+def policy_kwargs_of(args: argparse.Namespace) -> dict:
+    """TransformerPolicy keywords of a run: always named, so that every cached job and
+    result file records the substrate (and, on ours, the initialization) that made it."""
+    substrate = substrate_of(args)
+    if substrate == "paper":
+        return {"substrate": "paper"}
+    return {"substrate": "ours", "init": getattr(args, "init", None) or DEFAULT_POLICY_INIT}
 
 
 def variant_suffix(args: argparse.Namespace) -> str:
-    """Suffix naming a run's departures from the paper's defaults (``-lr0.0015``,
-    ``-initflax``), for its setting tags and its output files."""
-    suffix = ""
+    """Suffix naming a run's substrate and its departures from the paper's defaults
+    (``-paper``, ``-ours-initflax``, ``-paper-lr0.0015``), for its setting tags and its
+    output files."""
+    suffix = f"-{substrate_of(args)}"
     if getattr(args, "learning_rate", None) is not None:
         suffix += f"-lr{args.learning_rate:g}"
     if getattr(args, "init", None) is not None:
@@ -586,7 +617,7 @@ def build_jobs(
     settings = select_settings(exp, exp.settings(args), getattr(args, "settings", None))
     match = getattr(args, "match", None) or "prompts"
     learning_rate = getattr(args, "learning_rate", None)
-    init = getattr(args, "init", None)
+    policy_kwargs = policy_kwargs_of(args)
     jobs = []
     for method in methods:
         for s in settings:
@@ -594,8 +625,7 @@ def build_jobs(
             tag = s.tag + variant_suffix(args)
             if learning_rate is not None:
                 agent["learning_rate"] = learning_rate
-            # Always named, so a cached result records the initialization it was made with.
-            agent["policy_kwargs"] = {**agent.get("policy_kwargs", {}), "init": init or DEFAULT_POLICY_INIT}
+            agent["policy_kwargs"] = {**agent.get("policy_kwargs", {}), **policy_kwargs}
             if match == "interactions" and method in SINGLE_SAMPLE:
                 agent["interaction_matched"] = True
                 tag += "-im"
@@ -604,6 +634,18 @@ def build_jobs(
                     Job(exp.name, method, s.label, tag, seed, args.steps, dict(s.env), agent)
                 )
     return methods, settings, jobs
+
+
+def _provenance(args: argparse.Namespace, records: Mapping[str, dict], jobs: Sequence[Job]) -> dict:
+    """What made a result: the substrate, initialization and optimizer (as the trained
+    agents reported them, so a result file says it even for cached jobs)."""
+    substrate = substrate_of(args)
+    optimizers = sorted({records[j.name].get("agent", {}).get("optimizer", "?") for j in jobs})
+    return {
+        "substrate": substrate,
+        "init": "flax (the artifact's)" if substrate == "paper" else getattr(args, "init", None) or DEFAULT_POLICY_INIT,
+        "optimizer": optimizers[0] if len(optimizers) == 1 else optimizers,
+    }
 
 
 def summarize_jobs(jobs: Sequence[Job], records: Mapping[str, dict], episodes: int) -> dict:
@@ -663,7 +705,7 @@ def run_experiment(name: str, args: argparse.Namespace) -> dict:
         "seeds": args.seeds,
         "match": match,
         "learning_rate": getattr(args, "learning_rate", None),
-        "init": getattr(args, "init", None) or DEFAULT_POLICY_INIT,
+        **_provenance(args, records, jobs),
         "methods": methods,
         "settings": [{"label": s.label, "env": s.env, "agent": s.agent} for s in settings],
         "final_window": min(FINAL_WINDOW, args.steps),
@@ -874,11 +916,13 @@ def _plot_sweep(ax, result: dict, settings: list[str], sweep: tuple[str, str], c
 
 
 def base_experiment(name: str) -> str:
-    """The experiment a result belongs to, from its name: the ``-interactions``, ``-lrLR``
-    and ``-initINIT`` variants of ``terminal`` (``terminal-interactions-lr0.002-initflax``)
-    give ``terminal``."""
+    """The experiment a result belongs to, from its name: the ``-interactions``, substrate,
+    ``-lrLR`` and ``-initINIT`` variants of ``terminal``
+    (``terminal-interactions-ours-lr0.002-initflax``) give ``terminal``."""
     name = re.sub(r"-init[a-z]+$", "", name)
-    return re.sub(r"-lr[0-9.e+-]+$", "", name).removesuffix("-interactions")
+    name = re.sub(r"-lr[0-9.e+-]+$", "", name)
+    name = re.sub(r"-(paper|ours)$", "", name)
+    return name.removesuffix("-interactions")
 
 
 def write_outputs(

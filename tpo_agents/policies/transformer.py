@@ -152,13 +152,21 @@ class CausalSelfAttention(nn.Module):
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         B, T, D = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
-        if isinstance(cache, _BufferedLayer):
-            k, v = cache.extend(k, v)
-        elif cache is not None:
-            k = torch.cat([cache[0], k], dim=2)
-            v = torch.cat([cache[1], v], dim=2)
+        k, v = extend_cache(cache, k, v)
         out = attend(q, k, v)
         return self.proj(out.transpose(1, 2).reshape(B, T, D)), (k, v)
+
+
+def extend_cache(
+    cache: tuple[torch.Tensor, torch.Tensor] | _BufferedLayer | None, k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values ``[B, h, S, dh]`` of the cached positions followed by the new ``k, v``
+    (a :class:`KVBuffer` layer is written in place; a tuple cache is concatenated)."""
+    if isinstance(cache, _BufferedLayer):
+        return cache.extend(k, v)
+    if cache is not None:
+        return torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+    return k, v
 
 
 class Block(nn.Module):
@@ -207,7 +215,46 @@ def _jax_library_init(module: nn.Module, library: str) -> None:
             module.bias.zero_()
 
 
-class CausalTransformer(nn.Module):
+class _Decoder(nn.Module):
+    """What every decoder here shares: positions, cached self-attention blocks, a final
+    LayerNorm and a head. Subclasses build ``blocks``, ``ln_f``, ``head``, set
+    ``n_positions`` and define :meth:`embed`."""
+
+    n_positions: int
+
+    def embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def hidden(
+        self, tokens: torch.Tensor, cache: KVCache | KVBuffer | None = None
+    ) -> tuple[torch.Tensor, KVCache | KVBuffer]:
+        """Final-LayerNorm hidden states ``[B, T, d]`` for ``tokens`` following ``cache``;
+        returns them with the grown cache (a :class:`KVBuffer` grows in place)."""
+        if cache is None:
+            start = 0
+        else:
+            start = cache.length if isinstance(cache, KVBuffer) else cache[0][0].shape[2]
+        T = tokens.shape[1]
+        if start + T > self.n_positions:
+            raise ValueError(f"sequence of {start + T} tokens exceeds n_positions = {self.n_positions}")
+        x = self.embed(tokens, torch.arange(start, start + T, device=tokens.device))
+        new_cache: KVCache = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block(x, None if cache is None else cache[i])
+            new_cache.append(kv)
+        if isinstance(cache, KVBuffer):
+            cache.length += T
+            return self.ln_f(x), cache
+        return self.ln_f(x), new_cache
+
+    def forward(
+        self, tokens: torch.Tensor, cache: KVCache | KVBuffer | None = None
+    ) -> tuple[torch.Tensor, KVCache | KVBuffer]:
+        h, cache = self.hidden(tokens, cache)
+        return self.head(h), cache
+
+
+class CausalTransformer(_Decoder):
     """Decoder-only transformer: token + learned position embeddings, pre-LN blocks,
     final LayerNorm, linear head.
 
@@ -248,34 +295,8 @@ class CausalTransformer(nn.Module):
         if init != "torch":
             self.apply(functools.partial(_jax_library_init, library=init))
 
-    def hidden(
-        self, tokens: torch.Tensor, cache: KVCache | KVBuffer | None = None
-    ) -> tuple[torch.Tensor, KVCache | KVBuffer]:
-        """Final-LayerNorm hidden states ``[B, T, d]`` for ``tokens`` following ``cache``;
-        returns them with the grown cache (a :class:`KVBuffer` grows in place)."""
-        if cache is None:
-            start = 0
-        else:
-            start = cache.length if isinstance(cache, KVBuffer) else cache[0][0].shape[2]
-        T = tokens.shape[1]
-        if start + T > self.n_positions:
-            raise ValueError(f"sequence of {start + T} tokens exceeds n_positions = {self.n_positions}")
-        pos = torch.arange(start, start + T, device=tokens.device)
-        x = self.tok_emb(tokens) + self.pos_emb(pos)
-        new_cache: KVCache = []
-        for i, block in enumerate(self.blocks):
-            x, kv = block(x, None if cache is None else cache[i])
-            new_cache.append(kv)
-        if isinstance(cache, KVBuffer):
-            cache.length += T
-            return self.ln_f(x), cache
-        return self.ln_f(x), new_cache
-
-    def forward(
-        self, tokens: torch.Tensor, cache: KVCache | KVBuffer | None = None
-    ) -> tuple[torch.Tensor, KVCache | KVBuffer]:
-        h, cache = self.hidden(tokens, cache)
-        return self.head(h), cache
+    def embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.tok_emb(tokens) + self.pos_emb(positions)
 
 
 def _layout(observation_space: spaces.Space, action_space: spaces.Space, pad_id: int | None):
@@ -306,19 +327,36 @@ def _last_positions(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     return ((tokens != pad_id).sum(1) - 1).clamp_min(0)
 
 
+SUBSTRATES = ("ours", "paper")
+DEFAULT_SUBSTRATE = "ours"
+"""What ``TransformerPolicy`` trains on unless told otherwise (see its docstring)."""
+
+
 class TransformerPolicy(CategoricalPolicy):
     """Causal-transformer policy over a token vocabulary (the paper's Token Reversal policy).
 
-    Defaults are the paper's: d_model 64, 2 layers, 2 heads, FFN 4x GELU, learned
-    positions over the observation length (2H), final LayerNorm, linear head to V, and
-    haiku's initialization scales (which reproduce the paper's JAX artifact's learning speed).
+    The architecture is the paper's: d_model 64, 2 layers, 2 heads, pre-LayerNorm blocks
+    with a 4x GELU feed-forward, learned positions over the observation length (2H), final
+    LayerNorm, linear head to V. ``substrate`` picks how its parameters are laid out,
+    initialized and optimized, which decides how the paper's sparse-reward results come out
+    (``docs/substrates.md``):
+
+    * ``"ours"`` (default): torch layout (one fused QKV matrix and the output projection
+      under Muon), haiku's initialization scales (``init``), torch's Muon + AdamW
+      (:class:`tpo_agents.optim.MuonAdamW`). Every method learns fast and reliably on it,
+      which is what a user training a policy wants.
+    * ``"paper"``: the paper's JAX artifact exactly: flax's parameter layout and
+      initialization, LayerNorm eps 1e-6, tanh GELU, and ``optax.contrib.muon``'s update
+      rule on that layout (:class:`tpo_agents.policies.paper_transformer.PaperCausalTransformer`,
+      :class:`tpo_agents.optim.OptaxMuon`). ``python -m zoo.reproduce`` uses it.
 
     :param d_model, n_layers, n_heads, ffn_mult: network sizes.
-    :param init: ``"haiku"`` (default), ``"torch"`` or ``"flax"`` initialization (see
-        :class:`CausalTransformer`).
+    :param substrate: ``"ours"`` or ``"paper"`` (see above).
+    :param init: for ``substrate="ours"``: ``"haiku"`` (default), ``"torch"`` or ``"flax"``
+        (see :class:`CausalTransformer`); the paper substrate has its own (flax's) and
+        takes none.
     :param pad_id: padding id in observations (default: the action count V).
-    :param optimizer_class: default Muon for 2-D weight matrices + AdamW for the rest
-        (:class:`tpo_agents.optim.MuonAdamW`); any torch optimizer works.
+    :param optimizer_class: default: the substrate's (see above); any torch optimizer works.
     """
 
     autoregressive = True
@@ -332,25 +370,41 @@ class TransformerPolicy(CategoricalPolicy):
         n_layers: int = 2,
         n_heads: int = 2,
         ffn_mult: int = 4,
-        init: str = DEFAULT_INIT,
+        init: str | None = None,
         pad_id: int | None = None,
         optimizer_class: type[torch.optim.Optimizer] | None = None,
         optimizer_kwargs: dict[str, Any] | None = None,
+        substrate: str = DEFAULT_SUBSTRATE,
     ):
-        from tpo_agents.optim import MuonAdamW
+        from tpo_agents.optim import MuonAdamW, OptaxMuon
 
+        if substrate not in SUBSTRATES:
+            raise ValueError(f"substrate must be one of {SUBSTRATES}; got {substrate!r}")
+        if substrate == "paper" and init is not None:
+            raise ValueError(
+                f"substrate='paper' uses the artifact's own (flax's) initialization; got init={init!r} "
+                "(init applies to substrate='ours')"
+            )
         n_actions, pad, length = _layout(observation_space, action_space, pad_id)
+        default_optimizer = OptaxMuon if substrate == "paper" else MuonAdamW
         super().__init__(
             observation_space,
             action_space,
-            optimizer_class=MuonAdamW if optimizer_class is None else optimizer_class,
+            optimizer_class=default_optimizer if optimizer_class is None else optimizer_class,
             optimizer_kwargs=optimizer_kwargs,
             normalize_images=False,
         )
-        self.arch = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, ffn_mult=ffn_mult, init=init)
+        sizes = dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads, ffn_mult=ffn_mult)
         self.pad_id = pad
         self.n_tokens = max(n_actions, pad) + 1
-        self.net = CausalTransformer(self.n_tokens, n_actions, length, **self.arch)
+        if substrate == "paper":
+            from tpo_agents.policies.paper_transformer import PaperCausalTransformer
+
+            self.arch = dict(sizes, substrate=substrate)
+            self.net = PaperCausalTransformer(n_actions, length, pad, **sizes)
+        else:
+            self.arch = dict(sizes, init=init or DEFAULT_INIT, substrate=substrate)
+            self.net = CausalTransformer(self.n_tokens, n_actions, length, **sizes, init=init or DEFAULT_INIT)
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
