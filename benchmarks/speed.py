@@ -1,6 +1,8 @@
 """Milliseconds per training iteration on Token Reversal, split into sampling and update.
 
-What is measured (paper sizes, TransformerPolicy defaults: d_model 64, 2 layers, 2 heads):
+What is measured (paper sizes, TransformerPolicy defaults: d_model 64, 2 layers, 2 heads),
+on each training substrate named by ``--substrate`` (``paper``: the JAX artifact's layout,
+initialization and optax Muon; ``ours``: torch layout and Muon; see ``docs/substrates.md``):
 
 * ``tpo`` / ``grpo``: sequence level, terminal reward, H = 8, V = 2, B = 100, K = 8, 4 epochs;
 * ``tpo_token`` / ``grpo_token``: token level, bag reward, H = 10, V = 2, B = 100, K = 8, 4 epochs;
@@ -20,10 +22,14 @@ Baselines, named in the output:
   pass over the prefix for every token), measured in the same run, so the cache's gain
   is a ratio of two numbers from the same machine state;
 * ``matmul_peak_gflops``: a large float32 matmul with the same thread setting, the
-  ceiling against which the achieved GFLOP/s of each iteration are reported.
+  ceiling against which the achieved GFLOP/s of each iteration are reported;
+* ``sweep``: throughput of a seed sweep as ``zoo.reproduce`` runs one (one process per
+  core, one thread each, all running at once), in milliseconds per seed-iteration, against
+  the artifact's own sweep runner (jit, vmapped over 20 seeds: about 1000 ms per
+  seed-iteration of sequence-level TPO at H = 8 on this 2-core CPU; quoted, not re-measured).
 
-Usage: ``python benchmarks/speed.py [--threads 1 2] [--iterations 5] [--malloc keep|default]
-[--no-jax-baseline] [--out results/speed.json]`` (``keep``, the default, keeps freed activation memory in the
+Usage: ``python benchmarks/speed.py [--threads 1 2] [--iterations 5] [--substrate paper ours]
+[--sweep-workers 2] [--malloc keep|default] [--no-jax-baseline] [--out results/speed.json]`` (``keep``, the default, keeps freed activation memory in the
 heap: see :mod:`tpo_agents.runtime`).
 """
 
@@ -56,6 +62,9 @@ ARTIFACT_MS = {
     "dg": (55, 55),
     "ppo": (115, 115),
 }
+
+ARTIFACT_SWEEP_MS_PER_SEED_ITERATION = {"tpo": 1000.0}
+"""The artifact's vmapped 20-seed runner on this 2-core CPU (sequence TPO, H = 8)."""
 
 JAX_FIELDS = ("iteration_ms", "sampling_ms", "update_ms", "compile_s", "busy_threads", "jax_version")
 
@@ -102,8 +111,8 @@ def transformer_flops_per_token(d: int, layers: int, vocab: int, context: float)
 def iteration_flops(name: str, model) -> float:
     """FLOPs of one iteration: sampling forwards + epochs x 3 training passes (a backward
     pass costs about two forwards)."""
-    net = model.policy.net
-    d, L, V = net.tok_emb.embedding_dim, len(net.blocks), net.head.out_features
+    arch = model.policy.arch
+    d, L, V = arch["d_model"], arch["n_layers"], int(model.action_space.n)
     H = model.env.get_attr("prompt_length", indices=[0])[0]
     K = model.n_candidates if name in ("tpo", "grpo") else 1
     rows = model.batch_size * K
@@ -171,14 +180,53 @@ def identical_candidates_update_ms(model, repeats: int = 3) -> float:
     return 1e3 * float(np.median(times))
 
 
-def measure(name: str, iterations: int, threads: int, jax: bool = True) -> dict:
-    torch.set_num_threads(threads)
+def make_model(name: str, substrate: str, seed: int = 0):
     cls, env_id, H = SETUPS[name]
-    model = cls("TransformerPolicy", gym.make(env_id, length=H), seed=0)
-    timer = PhaseTimer(iterations + 1)  # the first iteration is warm-up
+    return cls("TransformerPolicy", gym.make(env_id, length=H), seed=seed, policy_kwargs=dict(substrate=substrate))
+
+
+def timed_iterations(model, iterations: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sampling and update seconds of ``iterations`` iterations after one warm-up."""
+    timer = PhaseTimer(iterations + 1)
     model.learn(10**9, callback=timer, log_interval=None)
-    sampling = 1e3 * np.asarray(timer.sampling[1 : iterations + 1])
-    update = 1e3 * np.asarray(timer.update[1 : iterations + 1])
+    return np.asarray(timer.sampling[1 : iterations + 1]), np.asarray(timer.update[1 : iterations + 1])
+
+
+def _sweep_worker(name: str, substrate: str, seed: int, iterations: int, start, queue) -> None:
+    torch.set_num_threads(1)
+    model = make_model(name, substrate, seed)
+    start.wait()  # every worker times the same stretch of wall clock
+    t0 = time.perf_counter()
+    timed_iterations(model, iterations)
+    queue.put((time.perf_counter() - t0, iterations + 1))
+
+
+def sweep_throughput(name: str, substrate: str, iterations: int, workers: int) -> dict:
+    """Milliseconds per seed-iteration with ``workers`` single-thread processes at once."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    start, queue = ctx.Barrier(workers), ctx.Queue()
+    procs = [ctx.Process(target=_sweep_worker, args=(name, substrate, s, iterations, start, queue)) for s in range(workers)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=3600) for _ in procs]
+    for p in procs:
+        p.join()
+    wall = max(seconds for seconds, _ in results)
+    seed_iterations = sum(n for _, n in results)
+    out = {"workers": workers, "ms_per_seed_iteration": 1e3 * wall / seed_iterations}
+    if name in ARTIFACT_SWEEP_MS_PER_SEED_ITERATION:
+        ref = ARTIFACT_SWEEP_MS_PER_SEED_ITERATION[name]
+        out["artifact_ms_per_seed_iteration"] = ref
+        out["speedup_vs_artifact_sweep"] = ref / out["ms_per_seed_iteration"]
+    return out
+
+
+def measure(name: str, iterations: int, threads: int, jax: bool = True, substrate: str = "paper") -> dict:
+    torch.set_num_threads(threads)
+    model = make_model(name, substrate)
+    sampling, update = (1e3 * t for t in timed_iterations(model, iterations))
     total = sampling + update
     flops = iteration_flops(name, model)
     out = {
@@ -211,6 +259,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--methods", nargs="+", default=list(SETUPS), choices=list(SETUPS))
     parser.add_argument("--out", type=Path, default=Path("results/speed.json"))
+    parser.add_argument("--substrate", nargs="+", default=["paper", "ours"], choices=["paper", "ours"])
+    parser.add_argument(
+        "--sweep-workers", type=int, default=2,
+        help="processes of the seed-sweep throughput measurement of sequence TPO (0: skip it)",
+    )
     parser.add_argument(
         "--malloc",
         choices=("keep", "default"),
@@ -227,12 +280,15 @@ def main(argv: list[str] | None = None) -> dict:
     result: dict = {"config": vars(args) | {"out": str(args.out)}, "threads": {}}
     for threads in args.threads:
         torch.set_num_threads(threads)
-        row = {"matmul_peak_gflops": matmul_peak_gflops(), "methods": {}}
-        for name in args.methods:
-            row["methods"][name] = m = measure(name, args.iterations, threads, args.jax_baseline)
+        row = {"matmul_peak_gflops": matmul_peak_gflops(), "substrates": {}}
+        for substrate, name in ((s, n) for s in args.substrate for n in args.methods):
+            methods = row["substrates"].setdefault(substrate, {"methods": {}})["methods"]
+            # The JAX baseline is the paper's network and optimizer: time it once per thread count.
+            jax = args.jax_baseline and substrate == args.substrate[0]
+            methods[name] = m = measure(name, args.iterations, threads, jax, substrate)
             m["fraction_of_peak"] = m["achieved_gflops"] / row["matmul_peak_gflops"]
             print(
-                f"threads={threads} {name:10s} {m['iteration_ms']:7.1f} ms/iter "
+                f"threads={threads} {substrate:5s} {name:10s} {m['iteration_ms']:7.1f} ms/iter "
                 f"(sampling {m['sampling_ms']:6.1f}, update {m['update_ms']:6.1f}) "
                 f"{m['achieved_gflops']:5.2f} GFLOP/s = {100 * m['fraction_of_peak']:4.1f}% of peak; "
                 f"KV cache x{m['kv_cache_speedup']:.1f}"
@@ -241,6 +297,16 @@ def main(argv: list[str] | None = None) -> dict:
                 flush=True,
             )
         result["threads"][str(threads)] = row
+    if args.sweep_workers > 0 and "tpo" in args.methods:
+        result["sweep"] = {}
+        for substrate in args.substrate:
+            result["sweep"][substrate] = m = sweep_throughput("tpo", substrate, args.iterations, args.sweep_workers)
+            print(
+                f"sweep {substrate:5s} tpo: {m['ms_per_seed_iteration']:.1f} ms per seed-iteration "
+                f"with {m['workers']} workers; artifact's sweep {m['artifact_ms_per_seed_iteration']:.0f} "
+                f"(x{m['speedup_vs_artifact_sweep']:.2f})",
+                flush=True,
+            )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     return result

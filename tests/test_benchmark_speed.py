@@ -9,11 +9,19 @@ from benchmarks import speed
 
 def test_speed_benchmark_writes_phases_baselines_and_flops(tmp_path):
     out = tmp_path / "speed.json"
-    result = speed.main(["--threads", "1", "--iterations", "1", "--methods", "tpo", "dg", "--out", str(out)])
+    result = speed.main(
+        ["--threads", "1", "--iterations", "1", "--methods", "tpo", "dg", "--sweep-workers", "2", "--out", str(out)]
+    )
     assert json.loads(out.read_text()) == result
     row = result["threads"]["1"]
     assert row["matmul_peak_gflops"] > 0
-    tpo, dg = row["methods"]["tpo"], row["methods"]["dg"]
+    assert set(row["substrates"]) == {"paper", "ours"}
+    ours = row["substrates"]["ours"]["methods"]
+    assert ours["tpo"]["iteration_ms"] > 0 and "jax_baseline" not in ours["tpo"]  # timed once
+    for substrate, sweep in result["sweep"].items():
+        assert sweep["workers"] == 2 and sweep["ms_per_seed_iteration"] > 0, substrate
+        assert sweep["speedup_vs_artifact_sweep"] == 1000.0 / sweep["ms_per_seed_iteration"]
+    tpo, dg = row["substrates"]["paper"]["methods"]["tpo"], row["substrates"]["paper"]["methods"]["dg"]
     for m in (tpo, dg):
         assert m["iteration_ms"] > 0 and m["sampling_ms"] > 0 and m["update_ms"] > 0
         assert m["iteration_ms"] == m["sampling_ms"] + m["update_ms"]

@@ -61,8 +61,8 @@ def test_every_token_experiment_is_registered():
 
 def test_terminal_tiny_run_writes_json_png_markdown(terminal_run):
     out, result = terminal_run
-    data = json.loads((out / "terminal.json").read_text())
-    assert data["experiment"] == "terminal" and {"experiment", "config", "methods"} <= set(data)
+    data = json.loads((out / "terminal-paper.json").read_text())
+    assert data["experiment"] == "terminal-paper" and {"experiment", "config", "methods"} <= set(data)
     assert data["config"]["episodes"] == 3 and data["config"]["match"] == "prompts"
     assert set(data["methods"]) == {"tpo", "grpo", "grpo_no_kl", "ppo", "dg"}
     for method, per_setting in data["methods"].items():
@@ -76,17 +76,17 @@ def test_terminal_tiny_run_writes_json_png_markdown(terminal_run):
         assert s["agent"]["batch_size"] == 100
     assert data["methods"]["tpo"]["H=3"]["agent"]["group_mode"] == "sequence"
     assert data["methods"]["dg"]["H=3"]["agent"]["n_epochs"] == 1
-    assert (out / "terminal.png").stat().st_size > 0
-    md = (out / "terminal.md").read_text()
+    assert (out / "terminal-paper.png").stat().st_size > 0
+    md = (out / "terminal-paper.md").read_text()
     assert "| method | H=3 |" in md and "| TPO |" in md and "seconds per iteration" in md
     assert len(cached_jobs(out, "terminal")) == 5
 
 
 def test_final_error_is_the_mean_of_the_last_iterations(terminal_run):
     out, _ = terminal_run
-    record = json.loads((out / "cache" / "terminal" / "tpo__H3__seed0.json").read_text())
+    record = json.loads((out / "cache" / "terminal" / "tpo__H3-paper__seed0.json").read_text())
     assert len(record["error"]) == len(record["grad_norm"]) == 3
-    data = json.loads((out / "terminal.json").read_text())
+    data = json.loads((out / "terminal-paper.json").read_text())
     assert data["methods"]["tpo"]["H=3"]["final_error"] == pytest.approx(np.mean(record["error"]))
     # Initial exact-match error at H = 3, V = 2 is about 1 - 1/8.
     assert record["error"][0] == pytest.approx(7 / 8, abs=0.08)
@@ -133,32 +133,32 @@ def test_resume_skips_finished_jobs_and_reruns_a_deleted_one(tmp_path, monkeypat
         "1",
     ]
     first = run(tmp_path, *argv)
-    assert sorted(calls) == sorted(f"{m}__V2__seed{s}" for m in ("dg", "tpo_token") for s in (0, 1))
+    assert sorted(calls) == sorted(f"{m}__V2-paper__seed{s}" for m in ("dg", "tpo_token") for s in (0, 1))
     before = cached_jobs(tmp_path, "token-vocab")
     assert len(before) == 4
     calls.clear()
     second = run(tmp_path, *argv)
     assert calls == [] and cached_jobs(tmp_path, "token-vocab") == before
     assert second["methods"] == first["methods"]
-    (tmp_path / "cache" / "token-vocab" / "dg__V2__seed1.json").unlink()
+    (tmp_path / "cache" / "token-vocab" / "dg__V2-paper__seed1.json").unlink()
     third = run(tmp_path, *argv)
-    assert calls == ["dg__V2__seed1"]
+    assert calls == ["dg__V2-paper__seed1"]
     # Same seed, same result: the rerun reproduces the deleted job exactly.
     assert (
         third["methods"]["dg"]["V=2"]["curves"]["error_mean"]
         == first["methods"]["dg"]["V=2"]["curves"]["error_mean"]
     )
-    md = (tmp_path / "token-vocab.md").read_text()
+    md = (tmp_path / "token-vocab-paper.md").read_text()
     assert "(58)" in md and "(199)" in md  # Table 1's V=2 column beside ours
     assert third["config"]["stale_cached_jobs"] == []
     # A job cached by other agent/env sources is reused, but reported as stale.
-    path = tmp_path / "cache" / "token-vocab" / "tpo_token__V2__seed0.json"
+    path = tmp_path / "cache" / "token-vocab" / "tpo_token__V2-paper__seed0.json"
     record = json.loads(path.read_text())
     path.write_text(json.dumps({**record, "code_version": "other"}))
     calls.clear()
     with pytest.warns(UserWarning, match="other tpo_agents/tpo_gym sources"):
         fourth = run(tmp_path, *argv)
-    assert calls == [] and fourth["config"]["stale_cached_jobs"] == ["tpo_token__V2__seed0"]
+    assert calls == [] and fourth["config"]["stale_cached_jobs"] == ["tpo_token__V2-paper__seed0"]
     # A different episode count does not reuse the cache.
     calls.clear()
     run(
@@ -177,7 +177,7 @@ def test_resume_skips_finished_jobs_and_reruns_a_deleted_one(tmp_path, monkeypat
         "--workers",
         "1",
     )
-    assert sorted(calls) == ["dg__V2__seed0", "dg__V2__seed1"]
+    assert sorted(calls) == ["dg__V2-paper__seed0", "dg__V2-paper__seed1"]
 
 
 def test_interaction_matching_gives_single_sample_methods_batch_bk(tmp_path, monkeypatch):
@@ -188,13 +188,13 @@ def test_interaction_matching_gives_single_sample_methods_batch_bk(tmp_path, mon
     _, _, jobs = token_study.build_jobs(exp, args)
     by_method = {j.method: j for j in jobs}
     for method in ("dg", "ppo"):
-        assert by_method[method].agent == {"interaction_matched": True, "policy_kwargs": {"init": "haiku"}}
+        assert by_method[method].agent == {"interaction_matched": True, "policy_kwargs": {"substrate": "paper"}}
         model = token_study.make_agent(by_method[method])
         assert model.batch_size == 800 and model.lr_schedule(1.0) == pytest.approx(
             1e-3 * math.sqrt(8)
         )
     for method in ("tpo", "grpo", "grpo_no_kl"):
-        assert by_method[method].agent == {"policy_kwargs": {"init": "haiku"}}
+        assert by_method[method].agent == {"policy_kwargs": {"substrate": "paper"}}
         model = token_study.make_agent(by_method[method])
         assert model.batch_size == 100 and model.n_candidates == 8
         assert model.lr_schedule(1.0) == pytest.approx(1e-3)
@@ -238,11 +238,11 @@ def test_interaction_matching_gives_single_sample_methods_batch_bk(tmp_path, mon
         "--workers",
         "1",
     )
-    assert calls == ["dg__H3-im__seed0"]
-    assert result["experiment"] == "terminal-interactions"
+    assert calls == ["dg__H3-paper-im__seed0"]
+    assert result["experiment"] == "terminal-interactions-paper"
     assert result["methods"]["dg"]["H=3"]["agent"]["batch_size"] == 800
     assert result["methods"]["tpo"]["H=3"]["agent"]["batch_size"] == 100
-    assert (tmp_path / "terminal-interactions.md").exists()
+    assert (tmp_path / "terminal-interactions-paper.md").exists()
 
 
 def test_worker_processes_give_the_same_results(tmp_path):
@@ -287,14 +287,14 @@ def test_learning_rate_override_reaches_every_agent_and_names_the_results(tmp_pa
     )
     args.steps = 2
     _, _, jobs = token_study.build_jobs(exp, args)
-    assert {j.tag for j in jobs} == {"V2-lr0.0015", "V2-lr0.0015-im"}
+    assert {j.tag for j in jobs} == {"V2-paper-lr0.0015", "V2-paper-lr0.0015-im"}
     by_method = {j.method: token_study.make_agent(j) for j in jobs}
     assert by_method["tpo_token"].lr_schedule(1.0) == pytest.approx(1.5e-3)
     assert by_method["dg"].lr_schedule(1.0) == pytest.approx(1.5e-3 * math.sqrt(8))  # then matched
     result = run(tmp_path, "token-vocab", "--vocabs", "2", "--seeds", "1", "--episodes", "2",
                  "--methods", "dg", "--learning-rate", "1.5e-3", "--workers", "1")
-    assert result["experiment"] == "token-vocab-lr0.0015" and result["config"]["learning_rate"] == 1.5e-3
-    assert (tmp_path / "token-vocab-lr0.0015.json").exists()
+    assert result["experiment"] == "token-vocab-paper-lr0.0015" and result["config"]["learning_rate"] == 1.5e-3
+    assert (tmp_path / "token-vocab-paper-lr0.0015.json").exists()
     with pytest.raises(SystemExit):
         build_parser().parse_args(["token-vocab", "--learning-rate", "0"])
 
@@ -306,15 +306,38 @@ def test_init_override_reaches_every_policy_and_names_the_results(tmp_path):
     exp = token_study.TOKEN_EXPERIMENTS["token-vocab"]
     args = build_parser().parse_args(
         ["token-vocab", "--vocabs", "2", "--seeds", "1", "--methods", "tpo_token",
-         "--learning-rate", "1.5e-3", "--init", "flax"]
+         "--learning-rate", "1.5e-3", "--substrate", "ours", "--init", "flax"]
     )
     args.steps = 2
     _, _, jobs = token_study.build_jobs(exp, args)
-    assert [j.tag for j in jobs] == ["V2-lr0.0015-initflax"]
+    assert [j.tag for j in jobs] == ["V2-ours-lr0.0015-initflax"]
     net = token_study.make_agent(jobs[0]).policy.net
     assert net.tok_emb.weight.std() < 0.3 and (net.head.bias == 0).all()  # flax: N(0, 1/64), zero bias
     result = run(tmp_path, "token-vocab", "--vocabs", "2", "--seeds", "1", "--episodes", "2",
-                 "--methods", "dg", "--init", "flax", "--workers", "1")
-    assert result["experiment"] == "token-vocab-initflax" and result["config"]["init"] == "flax"
+                 "--methods", "dg", "--substrate", "ours", "--init", "flax", "--workers", "1")
+    assert result["experiment"] == "token-vocab-ours-initflax" and result["config"]["init"] == "flax"
+    assert result["config"]["substrate"] == "ours" and result["config"]["optimizer"] == "MuonAdamW"
+    with pytest.raises(SystemExit, match="--init applies to --substrate ours"):
+        token_study.build_jobs(exp, build_parser().parse_args(["token-vocab", "--init", "flax"]))
     with pytest.raises(SystemExit):
         build_parser().parse_args(["token-vocab", "--init", "keras"])
+
+
+def test_reproduce_trains_on_the_paper_substrate_by_default_and_says_so(tmp_path):
+    from tpo_agents.optim import OptaxMuon
+    from tpo_agents.policies.paper_transformer import PaperCausalTransformer
+
+    exp = token_study.TOKEN_EXPERIMENTS["terminal"]
+    args = build_parser().parse_args(["terminal", "--lengths", "3", "--seeds", "1", "--methods", "tpo", "grpo"])
+    args.steps = 2
+    _, _, jobs = token_study.build_jobs(exp, args)
+    models = {j.method: token_study.make_agent(j) for j in jobs}
+    for model in models.values():
+        assert isinstance(model.policy.net, PaperCausalTransformer)
+        assert isinstance(model.policy.optimizer, OptaxMuon)
+    assert models["grpo"].ratio_level == "sequence"  # the paper's Table 3 GRPO
+    result = run(tmp_path, "terminal", "--lengths", "3", "--seeds", "1", "--episodes", "2",
+                 "--methods", "dg", "--workers", "1")
+    cfg = result["config"]
+    assert (cfg["substrate"], cfg["optimizer"]) == ("paper", "OptaxMuon") and "flax" in cfg["init"]
+    assert result["methods"]["dg"]["H=3"]["agent"]["substrate"] == "paper"

@@ -69,9 +69,14 @@ def every_experiment(tmp_path_factory):
     return out
 
 
+def output_name(name: str) -> str:
+    """Token Reversal results are named with the substrate that made them (paper by default)."""
+    return f"{name}-paper" if name in token_study.TOKEN_EXPERIMENTS or name == "terminal-interactions" else name
+
+
 def output_names() -> list[str]:
     names = [n for n in EXPERIMENTS if n != "mnist"] + ["mnist-digits", "terminal-interactions"]
-    return sorted(names)
+    return sorted(output_name(n) for n in names)
 
 
 @pytest.mark.slow  # the module fixture runs every experiment (fake jobs)
@@ -86,12 +91,12 @@ def test_every_experiment_writes_a_figure_and_a_table_beside_the_paper(every_exp
         md = (out / f"{name}.md").read_text()
         assert md.startswith(f"# {name}\n") and "|---|" in md, name
     for name, exp in token_study.TOKEN_EXPERIMENTS.items():
-        md = (out / f"{name}.md").read_text()
+        md = (out / f"{output_name(name)}.md").read_text()
         # Cells "ours (paper)": every paper value of the default settings is shown.
         n_paper = sum(len(v) for v in exp.paper.values())
         assert len(re.findall(r"\| [^|(]+ \([^)]+\)", md)) >= min(n_paper, 1), name
-    assert "(33.8)" in (out / "terminal.md").read_text()  # Table 3, prompt-matched DG H=7
-    assert "(47.7)" in (out / "terminal-interactions.md").read_text()  # interaction-matched
+    assert "(33.8)" in (out / "terminal-paper.md").read_text()  # Table 3, prompt-matched DG H=7
+    assert "(47.7)" in (out / "terminal-interactions-paper.md").read_text()  # interaction-matched
     for name in ("tabular-single", "tabular-multi", "mnist-digits"):
         assert "Paper: " in (out / f"{name}.md").read_text()
 
@@ -117,7 +122,7 @@ def test_sweep_figures_have_a_final_error_panel(every_experiment, monkeypatch):
 
     saved = []
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: saved.append(fig))
-    data = json.loads((every_experiment / "k-sweep.json").read_text())
+    data = json.loads((every_experiment / "k-sweep-paper.json").read_text())
     token_study.plot(data, every_experiment / "unused.png")
     axes = [ax for ax in saved[0].axes if ax.get_title() == "final error vs K"]
     assert len(axes) == 1
@@ -162,6 +167,7 @@ def test_report_collects_results_in_the_papers_order(every_experiment, tmp_path)
         "zz-other",
         "Skipped files",
     ]
+    expected = [output_name(n) for n in expected]
     assert titles == expected
     assert image_links(md) == [f"{n}.png" for n in expected[:-2]]
     # A JSON of an unknown shape with its own page is included through that page.
@@ -170,7 +176,7 @@ def test_report_collects_results_in_the_papers_order(every_experiment, tmp_path)
     assert "cache/" not in md.split("## Skipped files")[1]  # per-job records are not results
     assert "| TPO |" in md and "(33.8)" in md  # the tables, with the paper's numbers
     assert "**Time:** wall time" in md and "backend local, 1 worker(s)" in md
-    assert "[terminal](#terminal)" in md  # the contents table links the sections
+    assert "[terminal-paper](#terminal-paper)" in md  # the contents table links the sections
     # Headings of the included pages are demoted below the section headings.
     assert "\n# " not in md.split("\n", 1)[1]
 

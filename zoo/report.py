@@ -124,7 +124,9 @@ def sort_key(entry: Entry, folder: Path) -> tuple:
     where = entry.path.parent.relative_to(folder).as_posix()
     if entry.kind == "reproduce":
         base = token_study.base_experiment(entry.name)
-        variant = entry.name != base  # -interactions or -lrLR: after the paper's own run
+        # The paper-substrate, prompt-matched run first, then its variants
+        # (-interactions, -ours, -lrLR, -initINIT).
+        variant = entry.name not in (base, f"{base}-paper")
         base = "mnist" if base.startswith("mnist-") else base
         rank = REPRODUCE_ORDER.index(base) if base in REPRODUCE_ORDER else len(REPRODUCE_ORDER)
         return (where, 0, rank, variant, entry.name)
@@ -230,11 +232,21 @@ def speed_table(data: dict) -> str:
         return format(value, fmt) if isinstance(value, (int, float)) else "-"
 
     for threads, block in data["threads"].items():
-        for method, m in block["methods"].items():
-            lines.append(
-                f"| {threads} | {method} | {num(m.get('iteration_ms'))} | {num(m.get('sampling_ms'))} "
-                f"| {num(m.get('update_ms'))} | {num(m.get('achieved_gflops'), '.1f')} |"
-            )
+        # Older files have one substrate's "methods"; newer ones a "methods" per substrate.
+        per_substrate = block.get("substrates") or {"": {"methods": block.get("methods", {})}}
+        for substrate, sub in per_substrate.items():
+            for method, m in sub["methods"].items():
+                name = f"{method} ({substrate})" if substrate else method
+                lines.append(
+                    f"| {threads} | {name} | {num(m.get('iteration_ms'))} | {num(m.get('sampling_ms'))} "
+                    f"| {num(m.get('update_ms'))} | {num(m.get('achieved_gflops'), '.1f')} |"
+                )
+    for substrate, m in data.get("sweep", {}).items():
+        lines.append(
+            f"\nSeed sweep ({substrate} substrate, sequence TPO, {m.get('workers')} single-thread "
+            f"workers): {num(m.get('ms_per_seed_iteration'))} ms per seed-iteration, "
+            f"x{num(m.get('speedup_vs_artifact_sweep'), '.2f')} vs the artifact's vmapped runner."
+        )
     return "\n".join(lines)
 
 
