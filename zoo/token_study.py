@@ -667,6 +667,10 @@ def summarize_jobs(jobs: Sequence[Job], records: Mapping[str, dict], episodes: i
             zv = np.array([r["zero_variance_frac"] for r in recs], dtype=float)
             summary["curves"]["zero_variance_frac_mean"] = zv.mean(0).tolist()
         summary["final_error_per_seed"] = error[:, -min(FINAL_WINDOW, episodes) :].mean(1).tolist()
+        # The paper's Table 3 value: the seed mean of the error at the last iteration.
+        summary["last_iteration_error"] = float(error[:, -1].mean())
+        summary["last_iteration_error_se"] = float(standard_error(error[:, -1]))
+        summary["last_iteration_error_per_seed"] = error[:, -1].tolist()
         summary["takeoff_iteration_per_seed"] = [r["takeoff_iteration"] for r in recs]
         summary["steps_to_1pct_per_seed"] = [r["steps_to_1pct"] for r in recs]
         summary["seconds"] = round(float(sum(r["seconds"] for r in recs)), 2)

@@ -1,0 +1,41 @@
+"""The hero comparison puts ours beside the artifact's per-seed statistics."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from zoo import hero
+from zoo.reproduce import main as reproduce
+
+
+def test_artifact_numbers_are_the_papers_table_3():
+    # Table 3, prompt-matched, H = 10: TPO 7.4 %, GRPO 50.4 %, DG '-' (> 95 %).
+    assert round(100 * np.mean(hero.ARTIFACT_H10["tpo"]["last"]), 1) == 7.4
+    assert round(100 * np.mean(hero.ARTIFACT_H10["grpo"]["last"]), 1) == 50.4
+    assert np.mean(hero.ARTIFACT_H10["dg"]["last"]) > 0.95
+    assert all(len(v["last"]) == 20 for v in hero.ARTIFACT_H10.values())
+
+
+def test_z_difference_and_counts():
+    assert hero.z_difference([0.0, 0.0], [0.0, 0.0]) is None
+    z = hero.z_difference([0.1, 0.3], [0.1, 0.3])
+    assert z == 0.0
+    assert hero.count_reached([None, 10, 30]) == "2/3 (median 20)" and hero.count_reached([None]) == "0/1"
+
+
+def test_hero_writes_json_png_markdown_from_a_terminal_result(tmp_path):
+    reproduce(["terminal", "--lengths", "3", "--methods", "tpo", "dg", "--seeds", "2", "--episodes", "3",
+               "--workers", "1", "--out", str(tmp_path), "--quiet"])
+    npz = tmp_path / "artifact.npz"
+    np.savez(npz, tpo_errors=np.ones((3, 3)), dg_errors=np.ones((3, 3)))
+    data = hero.main([str(tmp_path / "terminal-paper.json"), "--setting", "H=3", "--artifact-npz", str(npz)])
+    stem = tmp_path / "hero-H3-paper"
+    assert json.loads(stem.with_suffix(".json").read_text()) == data
+    assert data["config"]["substrate"] == "paper"
+    tpo = data["methods"]["tpo"]
+    assert tpo["n_seeds"] == 2 and len(tpo["takeoff_per_seed"]) == 2 and "artifact" not in tpo  # H=10 only
+    assert stem.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    md = stem.with_suffix(".md").read_text()
+    assert "| TPO | 2 |" in md and "paper substrate" in md
