@@ -341,3 +341,14 @@ def test_reproduce_trains_on_the_paper_substrate_by_default_and_says_so(tmp_path
     cfg = result["config"]
     assert (cfg["substrate"], cfg["optimizer"]) == ("paper", "OptaxMuon") and "flax" in cfg["init"]
     assert result["methods"]["dg"]["H=3"]["agent"]["substrate"] == "paper"
+
+
+def test_cached_only_summarizes_finished_jobs_without_training(tmp_path, monkeypatch):
+    run(tmp_path, "terminal", "--lengths", "3", "--seeds", "2", "--episodes", "2", "--methods", "dg",
+        "--workers", "1")
+    monkeypatch.setattr(token_study, "run_job", lambda job, progress=None: pytest.fail(f"trained {job.name}"))
+    result = run(tmp_path, "terminal", "--lengths", "3", "--seeds", "5", "--episodes", "2",
+                 "--methods", "dg", "tpo", "--workers", "1", "--cached-only")
+    assert list(result["methods"]) == ["dg"] and result["methods"]["dg"]["H=3"]["n_seeds"] == 2
+    with pytest.raises(SystemExit, match="none of the"):
+        run(tmp_path, "terminal", "--lengths", "4", "--seeds", "1", "--episodes", "2", "--cached-only")

@@ -255,6 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
         "results are named *-ours-initINIT",
     )
     token.add_argument(
+        "--cached-only", action="store_true",
+        help="train nothing: summarize the jobs already cached under OUT (e.g. a sweep still running)",
+    )
+    token.add_argument(
         "--settings", nargs="+", default=None, metavar="TAG",
         help="run only these settings, by tag (e.g. sequential-reverse_copy, H8, V2, eta1)",
     )

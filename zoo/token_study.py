@@ -636,6 +636,20 @@ def build_jobs(
     return methods, settings, jobs
 
 
+def _cached_subset(
+    jobs: Sequence[Job], methods: Sequence[str], settings: Sequence[Setting], out: Path
+) -> tuple[list[Job], list[str], list[Setting]]:
+    """The jobs already in ``out``'s cache, and the methods and settings they cover (a
+    report on a sweep that is still running; each summary says its number of seeds)."""
+    cached = [j for j in jobs if load_cached(j, out) is not None]
+    if not cached:
+        raise SystemExit(f"--cached-only: none of the {len(jobs)} jobs is cached under {out / 'cache'}")
+    have = {(j.method, j.setting) for j in cached}
+    methods = [m for m in methods if any(m == hm for hm, _ in have)]
+    settings = [s for s in settings if any(s.label == hs for _, hs in have)]
+    return cached, methods, settings
+
+
 def _provenance(args: argparse.Namespace, records: Mapping[str, dict], jobs: Sequence[Job]) -> dict:
     """What made a result: the substrate, initialization and optimizer (as the trained
     agents reported them, so a result file says it even for cached jobs)."""
@@ -688,6 +702,8 @@ def run_experiment(name: str, args: argparse.Namespace) -> dict:
     match = getattr(args, "match", None) or "prompts"
     methods, settings, jobs = build_jobs(exp, args)
     out = Path(args.out)
+    if getattr(args, "cached_only", False):
+        jobs, methods, settings = _cached_subset(jobs, methods, settings, out)
     workers = int(getattr(args, "workers", None) or 1)
     out_name = name if match == "prompts" else f"{name}-interactions"
     out_name += variant_suffix(args)
@@ -725,7 +741,7 @@ def run_experiment(name: str, args: argparse.Namespace) -> dict:
     return {
         "experiment": out_name,
         "config": config,
-        "methods": {m: {s.label: summaries[m][s.label] for s in settings} for m in methods},
+        "methods": {m: {s.label: summaries[m][s.label] for s in settings if s.label in summaries[m]} for m in methods},
         "setting_order": [s.label for s in settings],
     }
 
