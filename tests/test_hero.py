@@ -39,3 +39,19 @@ def test_hero_writes_json_png_markdown_from_a_terminal_result(tmp_path):
     assert stem.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     md = stem.with_suffix(".md").read_text()
     assert "| TPO | 2 |" in md and "paper substrate" in md
+
+
+def test_versus_length_plots_every_method_under_each_substrate(tmp_path):
+    common = ["terminal", "--lengths", "2", "3", "--methods", "tpo", "dg", "--seeds", "1", "--episodes", "2",
+              "--workers", "1", "--out", str(tmp_path), "--quiet"]
+    reproduce(common)
+    reproduce([*common, "--substrate", "ours", "--optimizer", "adamw", "--learning-rate", "3e-4"])
+    ours = tmp_path / "terminal-ours-adamw-lr0.0003.json"
+    assert json.loads(ours.read_text())["config"]["optimizer"] == "AdamW"
+    data = hero.main([str(tmp_path / "terminal-paper.json"), "--setting", "H=3", "--versus-length", str(ours)])
+    curves = data["versus_length"]
+    assert set(curves) == {"tpo", "dg"}
+    assert set(curves["tpo"]) == {"terminal-paper", "terminal-ours-adamw-lr0.0003"}
+    assert curves["dg"]["terminal-paper"]["H"] == [2, 3] and len(curves["dg"]["terminal-paper"]["se_pct"]) == 2
+    assert (tmp_path / "terminal-versus-H.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((tmp_path / "terminal-versus-H.json").read_text())["methods"] == curves

@@ -10,7 +10,9 @@ curve +- s.e. and every seed's curve, ours on the left and the artifact's statis
 table (its curves are not shipped; ``--artifact-npz`` overlays them from the artifact's
 ``assets/token_reversal_sparse_reward_results.npz`` when a local copy is at hand).
 
-Usage: ``python -m zoo.hero docs/results/terminal-paper.json [--out docs/results]``.
+Usage: ``python -m zoo.hero docs/results/terminal-paper.json [--out docs/results]
+[--versus-length docs/results/terminal-ours.json ...]`` (the last also draws final error
+against H for every method under each result's substrate).
 """
 
 from __future__ import annotations
@@ -189,12 +191,55 @@ def plot(result: dict, setting: str, path: Path, artifact_npz: Path | None = Non
     plt.close(fig)
 
 
+def _length(setting: str) -> int | None:
+    return int(setting[2:]) if setting.startswith("H=") and setting[2:].isdigit() else None
+
+
+def versus_length(results: dict[str, dict], path: Path) -> dict:
+    """Final error (last iteration, seed mean +- s.e.) against H for every method of every
+    result (``{label: terminal result}``, e.g. one per substrate): one panel per method, one
+    line per result. Returns the plotted numbers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = list(dict.fromkeys(m for r in results.values() for m in r["methods"]))
+    data: dict = {m: {} for m in methods}
+    fig, axes = plt.subplots(1, len(methods), figsize=(3.2 * len(methods), 3.4), squeeze=False, sharey=True)
+    for ax, m in zip(axes[0], methods):
+        for i, (name, r) in enumerate(results.items()):
+            per = r["methods"].get(m, {})
+            points = sorted((_length(s), v) for s, v in per.items() if _length(s) is not None)
+            if not points:
+                continue
+            xs = [h for h, _ in points]
+            ys = [100 * v["last_iteration_error"] for _, v in points]
+            es = [100 * v["last_iteration_error_se"] for _, v in points]
+            data[m][name] = {"H": xs, "error_pct": ys, "se_pct": es, "seeds": [v["n_seeds"] for _, v in points]}
+            ax.errorbar(xs, ys, yerr=es, marker="os^D"[i % 4], capsize=3, label=name)
+        ax.set_title(LABELS.get(m, m))
+        ax.set_xlabel("H")
+        ax.set_ylim(-3, 103)
+        ax.legend(fontsize=7)
+    axes[0, 0].set_ylabel("final exact-match error % (last iteration)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return data
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("result", type=Path, help="a terminal result JSON from zoo.reproduce")
     parser.add_argument("--setting", default="H=10")
     parser.add_argument("--out", type=Path, default=None, help="folder (default: the result's)")
     parser.add_argument("--artifact-npz", type=Path, default=None)
+    parser.add_argument(
+        "--versus-length", type=Path, nargs="+", default=None, metavar="RESULT",
+        help="also plot final error vs H of these terminal results beside RESULT's "
+        "(e.g. other substrates): OUT/terminal-versus-H.{png,json}",
+    )
     args = parser.parse_args(argv)
     result = json.loads(args.result.read_text())
     if any(args.setting not in per for per in result["methods"].values()):
@@ -213,6 +258,14 @@ def main(argv: list[str] | None = None) -> dict:
     write_json_atomic(stem.with_suffix(".json"), data)
     stem.with_suffix(".md").write_text(markdown(rows, result, args.setting))
     plot(result, args.setting, stem.with_suffix(".png"), args.artifact_npz)
+    if args.versus_length:
+        results = {}
+        for path in [args.result, *args.versus_length]:
+            r = json.loads(Path(path).read_text())
+            results[r.get("experiment", Path(path).stem)] = r
+        curves = versus_length(results, out / "terminal-versus-H.png")
+        write_json_atomic(out / "terminal-versus-H.json", {"sources": list(results), "methods": curves})
+        data["versus_length"] = curves
     print(stem.with_suffix(".md").read_text())
     return data
 

@@ -250,6 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
         "results are named *-paper / *-ours",
     )
     token.add_argument(
+        "--optimizer", choices=token_study.OPTIMIZERS, default="substrate",
+        help="substrate (default): the substrate's Muon + AdamW; adamw: plain AdamW (weight decay 0) "
+        "on every parameter at --learning-rate; results are named *-SUBSTRATE-adamw",
+    )
+    token.add_argument(
         "--init", choices=token_study.POLICY_INITS, default=None,
         help="with --substrate ours: the transformer's initialization (default: haiku's); "
         "results are named *-ours-initINIT",

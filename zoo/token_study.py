@@ -119,7 +119,29 @@ def make_agent(job: Job):
     cls = getattr(tpo_agents, cls_name)
     env_kwargs = {k: v for k, v in job.env.items() if k != "reward"}
     env = gym.make(f"TokenReversal-{job.env['reward']}-v0", **env_kwargs)
-    return cls("TransformerPolicy", env, seed=job.seed, **{**overrides, **job.agent})
+    agent = dict(job.agent)
+    if "policy_kwargs" in agent:
+        agent["policy_kwargs"] = _policy_kwargs(agent["policy_kwargs"])
+    return cls("TransformerPolicy", env, seed=job.seed, **{**overrides, **agent})
+
+
+OPTIMIZERS = ("substrate", "adamw")
+"""``--optimizer``: the substrate's own (Muon + AdamW) or plain AdamW (weight decay 0) on
+every parameter, at ``--learning-rate``."""
+
+
+def _policy_kwargs(kwargs: Mapping[str, Any]) -> dict:
+    """TransformerPolicy keywords from a job's JSON form (``optimizer: "adamw"`` names the
+    optimizer class, which a cached spec cannot hold)."""
+    import torch
+
+    kwargs = dict(kwargs)
+    name = kwargs.pop("optimizer", "substrate")
+    if name == "adamw":
+        kwargs.update(optimizer_class=torch.optim.AdamW, optimizer_kwargs={"weight_decay": 0.0})
+    elif name != "substrate":
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}; got {name!r}")
+    return kwargs
 
 
 def _iteration_recorder(episodes: int, report: Callable[[int], None] | None):
@@ -592,8 +614,13 @@ def policy_kwargs_of(args: argparse.Namespace) -> dict:
     result file records the substrate (and, on ours, the initialization) that made it."""
     substrate = substrate_of(args)
     if substrate == "paper":
-        return {"substrate": "paper"}
-    return {"substrate": "ours", "init": getattr(args, "init", None) or DEFAULT_POLICY_INIT}
+        kwargs = {"substrate": "paper"}
+    else:
+        kwargs = {"substrate": "ours", "init": getattr(args, "init", None) or DEFAULT_POLICY_INIT}
+    optimizer = getattr(args, "optimizer", None) or "substrate"
+    if optimizer != "substrate":
+        kwargs["optimizer"] = optimizer
+    return kwargs
 
 
 def variant_suffix(args: argparse.Namespace) -> str:
@@ -601,6 +628,8 @@ def variant_suffix(args: argparse.Namespace) -> str:
     (``-paper``, ``-ours-initflax``, ``-paper-lr0.0015``), for its setting tags and its
     output files."""
     suffix = f"-{substrate_of(args)}"
+    if (getattr(args, "optimizer", None) or "substrate") != "substrate":
+        suffix += f"-{args.optimizer}"
     if getattr(args, "learning_rate", None) is not None:
         suffix += f"-lr{args.learning_rate:g}"
     if getattr(args, "init", None) is not None:
@@ -941,6 +970,7 @@ def base_experiment(name: str) -> str:
     (``terminal-interactions-ours-lr0.002-initflax``) give ``terminal``."""
     name = re.sub(r"-init[a-z]+$", "", name)
     name = re.sub(r"-lr[0-9.e+-]+$", "", name)
+    name = re.sub(r"-adamw$", "", name)
     name = re.sub(r"-(paper|ours)$", "", name)
     return name.removesuffix("-interactions")
 
