@@ -281,13 +281,12 @@ class OptaxMuon(torch.optim.Optimizer):
             states = [self.state[p] for p in params]
             for p, st in zip(params, states):
                 if not st:
-                    st["step"] = 0
                     st["mu"] = torch.zeros_like(p, dtype=torch.float32)
                     if group["kind"] == "adam":
                         st["nu"] = torch.zeros_like(p, dtype=torch.float32)
-                st["step"] += 1
-            # Every parameter of a group has taken the same number of steps.
-            t = states[0]["step"]
+            # One count per group, as optax keeps one per transform: bias corrections stay
+            # in step even for a parameter that missed a gradient once.
+            group["step"] = t = group.get("step", 0) + 1
             b1 = group["beta"] if group["kind"] == "muon" else group["betas"][0]
             mus = [st["mu"] for st in states]
             torch._foreach_lerp_(mus, grads, 1 - b1)
