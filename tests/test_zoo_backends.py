@@ -15,7 +15,7 @@ from zoo.reproduce import main as reproduce_main
 
 # terminal, H = 3, 2 methods x 2 seeds, 2 iterations: 4 jobs of about a second each.
 TINY = ["terminal", "--lengths", "3", "--episodes", "2", "--methods", "dg", "tpo"]
-JOBS = sorted(f"{m}__H3__seed{s}" for m in ("dg", "tpo") for s in (0, 1))
+JOBS = sorted(f"{m}__H3-paper__seed{s}" for m in ("dg", "tpo") for s in (0, 1))
 
 
 def run(out, *argv: str) -> dict:
@@ -66,7 +66,7 @@ def test_token_sweep_resumes_after_a_kill_without_rerunning_finished_jobs(tmp_pa
     assert len(killed.calls) == 2
     finished = cache_mtimes(tmp_path)
     assert sorted(finished) == sorted(killed.calls)  # exactly the finished jobs were cached
-    assert not (tmp_path / "terminal.json").exists()
+    assert not (tmp_path / "terminal-paper.json").exists()
 
     resumed = Counter(killed.real)
     monkeypatch.setattr(token_study, "run_job", resumed)
@@ -78,7 +78,7 @@ def test_token_sweep_resumes_after_a_kill_without_rerunning_finished_jobs(tmp_pa
     cfg = result["config"]
     assert (cfg["jobs_total"], cfg["jobs_cached"], cfg["jobs_run"]) == (4, 2, 2)
     assert cfg["backend"] == "local"
-    data = json.loads((tmp_path / "terminal.json").read_text())
+    data = json.loads((tmp_path / "terminal-paper.json").read_text())
     assert data["methods"]["tpo"]["H=3"]["n_seeds"] == 2
 
     resumed.calls.clear()
@@ -163,8 +163,8 @@ def test_ray_backend_matches_local_and_resumes_a_local_sweep(tmp_path, local_ray
     assert on_ray["config"]["ray_cluster_cpus"] == 2
     assert local_ray.is_initialized()  # the test's instance was used and left running
     # Same JSON on disk, up to wall times and where it ran; same per-job cache records.
-    json_local = json.loads((tmp_path / "local" / "terminal.json").read_text())
-    json_ray = json.loads((tmp_path / "ray" / "terminal.json").read_text())
+    json_local = json.loads((tmp_path / "local" / "terminal-paper.json").read_text())
+    json_ray = json.loads((tmp_path / "ray" / "terminal-paper.json").read_text())
     assert strip(json_ray) == strip(json_local)
     for name in JOBS:
         rec = [
@@ -178,7 +178,7 @@ def test_ray_backend_matches_local_and_resumes_a_local_sweep(tmp_path, local_ray
     before = cache_mtimes(tmp_path / "local")
     grown = run(tmp_path / "local", *TINY, "--seeds", "3", "--workers", "2", "--backend", "ray")
     after = cache_mtimes(tmp_path / "local")
-    assert sorted(set(after) - set(before)) == ["dg__H3__seed2", "tpo__H3__seed2"]
+    assert sorted(set(after) - set(before)) == ["dg__H3-paper__seed2", "tpo__H3-paper__seed2"]
     assert {k: after[k] for k in before} == before
     assert (grown["config"]["jobs_cached"], grown["config"]["jobs_run"]) == (4, 2)
 
