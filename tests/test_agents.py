@@ -305,11 +305,11 @@ def test_bad_hyperparameters(kwargs, match):
 
 
 def test_bad_comparator_hyperparameters():
-    with pytest.raises(ValueError, match="clip_range must be > 0"):
+    with pytest.raises(ValueError, match="clip_range must be a finite number > 0; got 0"):
         GRPO("MlpPolicy", "SymmetricBandit-v0", clip_range=0)
-    with pytest.raises(ValueError, match="beta must be >= 0"):
+    with pytest.raises(ValueError, match="beta must be a finite number >= 0; got -0.1"):
         GRPO("MlpPolicy", "SymmetricBandit-v0", beta=-0.1)
-    with pytest.raises(ValueError, match="dg_eta must be > 0"):
+    with pytest.raises(ValueError, match="dg_eta must be a finite number > 0; got 0"):
         DG("MlpPolicy", "SymmetricBandit-v0", dg_eta=0)
     with pytest.raises(ValueError, match="baseline must be one of"):
         PG("MlpPolicy", "SymmetricBandit-v0", baseline="median")

@@ -8,9 +8,13 @@ gradient steps on the whole batch. One iteration = one rollout + its epochs.
 
 from __future__ import annotations
 
+import copy
 import math
+import os
+import pathlib
 import sys
 import time
+import warnings
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -23,6 +27,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import check_for_correct_spaces, safe_mean
 from stable_baselines3.common.vec_env import VecEnv, unwrap_vec_normalize
 
+from tpo_agents.atomic import atomic_path
 from tpo_agents.groups import LOGP_REDUCTIONS, GroupBatch
 from tpo_agents.policies.causal_lm import CausalLMPolicy
 from tpo_agents.policies.mlp import MlpPolicy
@@ -86,6 +91,13 @@ class GroupedAlgorithm(BaseAlgorithm):
         device: torch.device | str = "auto",
         _init_setup_model: bool = True,
     ):
+        _check_learning_rate(learning_rate)
+        _check_device(device)
+        if n_envs is not None:
+            n_envs = _int_at_least("n_envs", n_envs, 1)
+        stats_window_size = _int_at_least("stats_window_size", stats_window_size, 1)
+        if seed is not None:
+            seed = _int_at_least("seed", seed, 0)  # numpy integers are welcome
         self.n_candidates = _int_at_least("n_candidates", n_candidates, 2)
         self.batch_size = _int_at_least("batch_size", batch_size, 1)
         self.n_epochs = _int_at_least("n_epochs", self.default_n_epochs if n_epochs is None else n_epochs, 1)
@@ -93,8 +105,9 @@ class GroupedAlgorithm(BaseAlgorithm):
             raise ValueError(f"group_mode must be 'auto' or one of {GROUP_MODES}; got {group_mode!r}")
         if logp_reduction not in LOGP_REDUCTIONS:
             raise ValueError(f"logp_reduction must be one of {LOGP_REDUCTIONS}; got {logp_reduction!r}")
-        if max_grad_norm is not None and not max_grad_norm > 0:
-            raise ValueError(f"max_grad_norm must be > 0 or None; got {max_grad_norm!r}")
+        if max_grad_norm is not None:
+            max_grad_norm = real_number("max_grad_norm (or None)", max_grad_norm, above=0.0)
+        self._saved_by = type(self).__name__  # load() refuses files of another algorithm
         self.group_mode = group_mode
         self.logp_reduction = logp_reduction
         self.max_grad_norm = max_grad_norm
@@ -160,47 +173,112 @@ class GroupedAlgorithm(BaseAlgorithm):
         self._np_rng = np.random.default_rng(self.seed)
         self._episode_in_progress = np.zeros(self.n_envs, dtype=bool)
         self._resolved_group_mode = None
+        self._params_moved = False
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         if self._language_model:  # the weights are in the model folder (tpo_agents.llm.saving)
             return ["policy.optimizer"], []
-        return super()._get_torch_save_params()
+        return ["policy", "policy.optimizer"], []
 
     def save(self, path, exclude=None, include=None) -> None:
-        """SB3's ``save``; a language-model policy also writes its model folder
-        ``<path>_hf/`` (``save_pretrained``) next to the zip (see :mod:`tpo_agents.llm.saving`)."""
-        if self._language_model:
-            from tpo_agents.llm.saving import save_agent
+        """SB3's ``save``, atomically, with everything needed to resume training exactly.
 
-            save_agent(self, path, lambda: super(GroupedAlgorithm, self).save(path, exclude, include))
-        else:
+        The zip holds the weights, the optimizer state (moments, step counts), the torch
+        and numpy random states and, for envs that can snapshot themselves (every tpo_gym
+        env), the training env's state. It is written to a temporary file in the same
+        folder and moved into place, so a crash mid-save leaves the previous checkpoint
+        intact. A language-model policy also writes its model folder ``<path>_hf/``
+        (``save_pretrained``, swapped in the same way; see :mod:`tpo_agents.llm.saving`).
+        Resume with ``Algo.load(path, env, force_reset=False)`` then
+        ``learn(n, reset_num_timesteps=False)``.
+        """
+        self._resume_state = self._capture_resume_state()
+        try:
+            if self._language_model:
+                from tpo_agents.llm.saving import save_agent
+
+                save_agent(self, path, lambda: self._save_zip(path, exclude, include))
+            else:
+                self._save_zip(path, exclude, include)
+        finally:
+            del self._resume_state
+
+    def _save_zip(self, path, exclude, include) -> None:
+        if isinstance(path, str | os.PathLike):
+            final = pathlib.Path(path)
+            if final.suffix == "":  # SB3's rule: a name without a suffix gets ".zip"
+                final = final.with_name(final.name + ".zip")
+            with atomic_path(final) as tmp:
+                super().save(tmp, exclude, include)
+        else:  # a file object: written in place, as SB3 does
             super().save(path, exclude, include)
 
+    def _capture_resume_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"torch": torch.get_rng_state(), "numpy": self._np_rng.bit_generator.state}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        state["env"] = _env_state(self.env) if self.env is not None else None
+        return state
+
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_batch", "_resolved_group_mode", "_episode_in_progress"]
+        return [*super()._excluded_save_params(), "_batch", "_resolved_group_mode", "_np_rng"]
 
     @classmethod
-    def load(cls, path, env: GymEnv | None = None, device: torch.device | str = "auto", **kwargs: Any):
+    def load(
+        cls,
+        path,
+        env: GymEnv | None = None,
+        device: torch.device | str = "auto",
+        force_reset: bool = True,
+        **kwargs: Any,
+    ):
         """Load a saved agent (SB3's ``load``); ``env`` is built as the constructor builds it.
-        A language-model policy is rebuilt from the model folder next to ``path``."""
+
+        Weights, optimizer state and random states are restored. With
+        ``force_reset=False`` the training env's saved state is restored into ``env`` too
+        (tpo_gym envs), so ``learn(n, reset_num_timesteps=False)`` continues the run
+        exactly where it was saved. A language-model policy is rebuilt from the model
+        folder next to ``path``. Loading a file saved by another algorithm is refused.
+        """
         from tpo_agents.llm.saving import load_kwargs
 
+        _check_device(device)
         model = super().load(path, env=None, device=device, **load_kwargs(path, kwargs))
+        saved_by = model.__dict__.get("_saved_by")
+        if saved_by is not None and saved_by != cls.__name__:
+            raise ValueError(
+                f"{path!s} holds a {saved_by} agent, not a {cls.__name__}: load it with "
+                f"{saved_by}.load(...)"
+            )
+        resume = model.__dict__.pop("_resume_state", None) or {}
+        if "numpy" in resume:
+            model._np_rng.bit_generator.state = resume["numpy"]
+        if "torch" in resume:
+            torch.set_rng_state(resume["torch"])
+        if "cuda" in resume and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(resume["cuda"])
         if env is not None:
-            model.set_env(env)
+            model.set_env(env, force_reset=force_reset, env_state=resume.get("env"))
         return model
 
-    def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
+    def set_env(self, env: GymEnv, force_reset: bool = True, env_state: dict | None = None) -> None:
         """Use a new env with the same spaces; unlike SB3, the number of envs may differ
-        (the agents keep no per-env buffers). Envs are built as in the constructor."""
+        (the agents keep no per-env buffers). Envs are built as in the constructor.
+
+        ``force_reset=False`` keeps the last observation to continue a run; then
+        ``env_state`` (a snapshot saved with the agent) is restored into the env, and an
+        env that cannot take it starts from a reset, with a warning."""
         env = self._build_env(env, None, self.seed)
         check_for_correct_spaces(env, self.observation_space, self.action_space)
+        keep = not force_reset and self._last_obs is not None and env.num_envs == self.n_envs
+        if keep:
+            keep = _restore_env_state(env, env_state)
         self.n_envs = env.num_envs
         self.env = env
         self._vec_normalize_env = unwrap_vec_normalize(env)
-        if force_reset:
+        if not keep:
             self._last_obs = None
-        self._episode_in_progress = np.zeros(self.n_envs, dtype=bool)
+            self._episode_in_progress = np.zeros(self.n_envs, dtype=bool)
         self._resolved_group_mode = None
 
     # ----------------------------------------------------------- group modes
@@ -254,6 +332,14 @@ class GroupedAlgorithm(BaseAlgorithm):
         return True
 
     # ------------------------------------------------------------------ train
+    def _update_learning_rate(self, optimizers) -> None:
+        lr = self.lr_schedule(self._current_progress_remaining)
+        real_number(f"the learning rate at progress {self._current_progress_remaining:.3g}", lr, at_least=0.0)
+        super()._update_learning_rate(optimizers)
+
+    def _where(self) -> str:
+        return f"{type(self).__name__} at timestep {self.num_timesteps} (update {self._n_updates + 1})"
+
     def prepare(self, batch: GroupBatch) -> dict[str, torch.Tensor]:
         """Quantities frozen for all epochs of a batch (targets, advantages)."""
         return {}
@@ -265,8 +351,13 @@ class GroupedAlgorithm(BaseAlgorithm):
 
     def compute_loss(
         self, batch: GroupBatch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]
-    ) -> torch.Tensor:
-        """The objective to minimise, from current candidate log-probs ``logp`` [G, K]."""
+    ) -> torch.Tensor | None:
+        """The objective to minimise, from current candidate log-probs ``logp`` [G, K].
+
+        ``None`` means the batch has nothing to teach at the current parameters (its exact
+        gradient is zero, e.g. every group zero-variance): the epoch takes no optimizer
+        step, so not even momentum moves the weights. ``self._params_moved`` tells whether
+        an optimizer step was already taken on this batch."""
         raise NotImplementedError
 
     def diagnostics(self, batch: GroupBatch, frozen: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -282,24 +373,27 @@ class GroupedAlgorithm(BaseAlgorithm):
         with torch.no_grad():
             frozen = self.prepare(batch)
         losses, grad_norms = [], []
-        params = list(self.policy.parameters())
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        self._params_moved = False
         for _ in range(self.n_epochs):
             logp = self.current_log_probs(batch)
             loss = self.compute_loss(batch, logp, frozen)
+            if loss is None:  # nothing to learn at these (unchanged) parameters: no step
+                break
             if not torch.isfinite(loss):
                 raise FloatingPointError(
                     f"{type(self).__name__} loss became {loss.item()} at timestep {self.num_timesteps}"
                 )
             self.policy.optimizer.zero_grad()
             loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm or math.inf)
-            self.policy.optimizer.step()
+            grad_norms.append(guarded_step(self.policy.optimizer, params, self.max_grad_norm, self._where()))
             losses.append(loss.item())
-            grad_norms.append(float(norm))
-        self._n_updates += self.n_epochs
+            self._params_moved = True
+        self._n_updates += len(losses)
         stats = {
-            "loss": float(np.mean(losses)),
-            "grad_norm": float(np.mean(grad_norms)),
+            "loss": float(np.mean(losses)) if losses else 0.0,
+            "grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
+            "skipped_epochs": self.n_epochs - len(losses),
             "mean_score": float(batch.scores[batch.mask].mean()),
             **self.diagnostics(batch, frozen),
         }
@@ -319,6 +413,12 @@ class GroupedAlgorithm(BaseAlgorithm):
         progress_bar: bool = False,
     ) -> SelfGrouped:
         """Train for ``total_timesteps`` env steps (see :mod:`tpo_agents.sampling`)."""
+        total_timesteps = _timesteps(total_timesteps)
+        if self.env is None:
+            raise ValueError(
+                f"this {type(self).__name__} has no env (it was loaded without one): pass env= "
+                f"to {type(self).__name__}.load(...) or call model.set_env(env) before learn()"
+            )
         iteration = 0
         total_timesteps, callback = self._setup_learn(
             total_timesteps, callback, reset_num_timesteps, tb_log_name or type(self).__name__, progress_bar
@@ -351,10 +451,111 @@ class GroupedAlgorithm(BaseAlgorithm):
 # ---------------------------------------------------------------------- helpers
 
 
+def _env_state(vec_env: VecEnv) -> dict | None:
+    """The env's own snapshot (tpo_gym envs: :class:`tpo_gym.snapshot.StateSnapshot`)."""
+    try:
+        return vec_env.get_state()
+    except AttributeError:
+        return None
+
+
+def _restore_env_state(vec_env: VecEnv, state: dict | None) -> bool:
+    """Put a saved env snapshot back; False (with a warning) when this env cannot take it."""
+    problem = "no env state was saved with the agent" if state is None else None
+    if problem is None:
+        try:
+            vec_env.set_state(state)
+            return True
+        except (AttributeError, ValueError) as error:
+            problem = str(error) or f"{type(vec_env).__name__} cannot restore a saved state"
+    warnings.warn(
+        f"force_reset=False: the env's saved state cannot be restored ({problem}); "
+        "training continues from a reset env, so it will not replay the original run exactly",
+        stacklevel=3,
+    )
+    return False
+
+
+def guarded_step(
+    optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], max_grad_norm: float | None, where: str
+) -> float:
+    """Clip (when ``max_grad_norm``) and take one optimizer step; returns the gradient norm.
+
+    A non-finite gradient norm raises before the step; a step that leaves a parameter
+    non-finite is undone (parameters and optimizer state restored) and raises. Either way
+    the model stays as it was before the step.
+    """
+    grads = [p.grad for p in params if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+    if not torch.isfinite(norm):
+        raise FloatingPointError(
+            f"{where}: the gradient norm is {norm.item()} (the loss's gradient overflowed: "
+            "rewards or scores too large, or a diverged model); no step was taken, the "
+            "parameters are unchanged"
+        )
+    if max_grad_norm is not None:
+        torch.nn.utils.clip_grads_with_norm_(params, max_grad_norm, norm)
+    before = [p.detach().clone() for p in params]
+    state = copy.deepcopy(optimizer.state_dict())
+    optimizer.step()
+    if not all(bool(torch.isfinite(p).all()) for p in params):
+        with torch.no_grad():
+            for p, old in zip(params, before):
+                p.copy_(old)
+        optimizer.load_state_dict(state)
+        lrs = sorted({g.get("lr") for g in optimizer.param_groups}, key=str)
+        raise FloatingPointError(
+            f"{where}: the optimizer step made parameters non-finite (gradient norm "
+            f"{norm.item():.3g}, learning rate(s) {lrs}); the step was undone, parameters and "
+            "optimizer state are as before it"
+        )
+    return float(norm)
+
+
+
 def _int_at_least(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
     return int(value)
+
+
+def real_number(name: str, value: Any, *, above: float | None = None, at_least: float | None = None) -> float:
+    """``value`` as a finite float, else a ValueError naming it and the expected range.
+
+    Strings and bools are refused (``eta="1"`` is a typo, not a number)."""
+    expected = f" > {above:g}" if above is not None else f" >= {at_least:g}" if at_least is not None else ""
+    if isinstance(value, bool | str) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ValueError(f"{name} must be a finite number{expected}; got {value!r} ({type(value).__name__})")
+    v = float(value)
+    if not math.isfinite(v) or (above is not None and not v > above) or (at_least is not None and not v >= at_least):
+        raise ValueError(f"{name} must be a finite number{expected}; got {value!r}")
+    return v
+
+
+def _timesteps(value: Any) -> int:
+    """``learn``'s budget: a non-negative whole number of env steps (``1e5`` is accepted)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ValueError(f"total_timesteps must be a whole number of env steps >= 0; got {value!r}")
+    if not math.isfinite(float(value)) or float(value) != int(value) or value < 0:
+        raise ValueError(f"total_timesteps must be a whole number of env steps >= 0; got {value!r}")
+    return int(value)
+
+
+def _check_device(device: torch.device | str) -> None:
+    kind = torch.device(device).type if device != "auto" else "auto"
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device={device!r} but CUDA is not available to this torch "
+            f"({torch.__version__}); use device='cpu' or 'auto'"
+        )
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device={device!r} but MPS is not available; use device='cpu' or 'auto'")
+
+
+def _check_learning_rate(learning_rate: Any) -> None:
+    value = learning_rate(1.0) if callable(learning_rate) else learning_rate
+    what = "learning_rate" if not callable(learning_rate) else "learning_rate(1.0) (the schedule's first value)"
+    real_number(what, value, at_least=0.0)
 
 
 def _check_action_space(algo: str, action_space: spaces.Space) -> None:

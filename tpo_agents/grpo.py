@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from tpo_agents import objectives as obj
-from tpo_agents.base import GroupedAlgorithm
+from tpo_agents.base import GroupedAlgorithm, real_number
 from tpo_agents.groups import GroupBatch, SequenceGroupBatch
 
 
@@ -43,12 +43,8 @@ class GRPO(GroupedAlgorithm):
         if ratio_level not in ("token", "sequence"):
             raise ValueError(f"ratio_level must be 'token' or 'sequence'; got {ratio_level!r}")
         self.ratio_level = ratio_level
-        if not clip_range > 0:
-            raise ValueError(f"clip_range must be > 0; got {clip_range!r}")
-        if not beta >= 0:
-            raise ValueError(f"beta must be >= 0; got {beta!r}")
-        self.clip_range = float(clip_range)
-        self.beta = float(beta)
+        self.clip_range = real_number("clip_range", clip_range, above=0.0)
+        self.beta = real_number("beta", beta, at_least=0.0)
         self.mask_zero_variance = bool(mask_zero_variance)
         super().__init__(policy, env, *args, **kwargs)
 
@@ -77,8 +73,16 @@ class GRPO(GroupedAlgorithm):
             return batch.token_log_probs(self.policy).view(batch.n_groups, batch.group_size, -1)
         return batch.log_probs(self.policy)
 
-    def compute_loss(self, batch: GroupBatch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]) -> torch.Tensor:
+    def compute_loss(
+        self, batch: GroupBatch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]
+    ) -> torch.Tensor | None:
+        """GRPO's loss; ``None`` (no step) when every group is zero-variance and the policy
+        is still the rollout snapshot: the advantages are 0 and the KL's gradient at
+        ``r = 0`` is exactly 0, so any step would come from round-off."""
         g = self._as_groups
+        zero = obj.zero_variance_groups(g(batch, batch.scores), mask=g(batch, batch.mask))
+        if not self._params_moved and bool(zero.all()):
+            return None
         return obj.grpo_loss(
             g(batch, logp),
             g(batch, frozen["old_logp"]),

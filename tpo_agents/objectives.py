@@ -133,7 +133,27 @@ def _group_moments(
     s = torch.where(w > 0, scores, torch.zeros_like(scores))
     mean = (w * s).sum(-1, keepdim=True) / wsum
     var = (w * (s - mean) ** 2).sum(-1, keepdim=True) / wsum
-    return mean, var.clamp_min(0).sqrt()
+    std = var.clamp_min(0).sqrt()
+    overflowed = ~(torch.isfinite(mean) & torch.isfinite(std)).squeeze(-1)
+    if overflowed.any():
+        # Finite scores whose sum or squared deviations exceed the dtype (e.g. 1e20 in
+        # float32): redo those groups in float64 on scores scaled into [-1, 1]. Other
+        # groups keep the plain computation above, bit for bit.
+        mean, std = mean.double(), std.double()
+        mean[overflowed], std[overflowed] = _scaled_moments(s[overflowed], w[overflowed])
+    return mean, std
+
+
+def _scaled_moments(s: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float64 mean and population std of ``[g, K]`` groups, computed as
+    ``scale * moments(s / scale)`` with ``scale = max |s|`` so nothing can overflow."""
+    s, w = s.double(), w.double()
+    scale = s.abs().amax(-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
+    x = s / scale
+    wsum = w.sum(-1, keepdim=True)
+    mean = (w * x).sum(-1, keepdim=True) / wsum
+    var = (w * (x - mean) ** 2).sum(-1, keepdim=True) / wsum
+    return mean * scale, var.clamp_min(0).sqrt() * scale
 
 
 def standardize_scores(
@@ -146,7 +166,8 @@ def standardize_scores(
 
     ``std`` is the *population* std (divide by K, or by the total weight when
     ``weights`` are given). A group with ``std <= eps`` is zero-variance and gets
-    ``u = 0`` everywhere; invalid (masked) candidates get ``u = 0``.
+    ``u = 0`` everywhere; invalid (masked) candidates get ``u = 0``. Finite scores of
+    any magnitude (up to the dtype's maximum) standardize without overflow.
     Raises ``ValueError`` on NaN/inf scores (among valid candidates).
     """
     _check_group("scores", scores, min_k=2)
@@ -157,7 +178,7 @@ def standardize_scores(
     flat = std <= eps
     u = (scores - mean) / torch.where(flat, torch.ones_like(std), std)
     u = torch.where(flat | ~mask, torch.zeros_like(u), u)
-    return u
+    return u.to(scores.dtype)
 
 
 def zero_variance_groups(
@@ -209,20 +230,33 @@ def tpo_target(
 
 
 def tpo_loss(
-    logp: torch.Tensor, q: torch.Tensor, mask: torch.Tensor | None = None
+    logp: torch.Tensor,
+    q: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    groups: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """TPO's cross-entropy ``L = -mean_groups sum_i q_i log softmax(l)_i``.
 
     ``logp`` [G, K] are the current log pi(y_i | x) (with gradient); ``q`` the frozen
     target. The group softmax renormalises over the K candidates, so
     ``dL/dl_i = (p_i - q_i) / G``: the update stops by itself when p = q.
+    ``groups`` (bool ``[G]``, optional) selects the groups that enter the loss; the others
+    contribute exactly zero to the loss and its gradient (the mean still divides by G, so
+    the selected groups' gradients are unchanged).
     """
     _check_group("logp", logp, min_k=2)
     _check_same_shape("logp", logp, q=q, mask=mask)
+    if groups is not None and (groups.dtype != torch.bool or groups.shape != logp.shape[:1]):
+        raise ValueError(
+            f"groups must be a bool tensor of shape {tuple(logp.shape[:1])}; "
+            f"got {groups.dtype} of shape {tuple(groups.shape)}"
+        )
     mask, _ = _validity(logp, mask, None)
     _check_finite("logp", logp, mask)
     log_p = torch.log_softmax(logp.masked_fill(~mask, float("-inf")), dim=-1)
     per_group = -(q.detach() * log_p.masked_fill(~mask, 0.0)).sum(-1)
+    if groups is not None:
+        per_group = torch.where(groups, per_group, torch.zeros_like(per_group))
     return per_group.mean()
 
 
@@ -325,7 +359,8 @@ def grpo_advantages(
 ) -> torch.Tensor:
     """GRPO's group advantage ``A_i = (s_i - mean(s)) / (std(s) + eps)`` (population std).
 
-    A zero-variance group gets ``A = 0`` exactly (its centred scores are 0).
+    A zero-variance group (population std <= ``ZERO_VARIANCE_EPS``) gets ``A = 0`` exactly.
+    Finite scores of any magnitude are standardized without overflow.
     """
     _check_group("scores", scores, min_k=2)
     _check_same_shape("scores", scores, mask=mask, weights=weights)
@@ -333,7 +368,10 @@ def grpo_advantages(
     _check_finite("scores", scores, mask)
     mean, std = _group_moments(scores, w)
     adv = (scores - mean) / (std + eps)
-    return torch.where(mask, adv, torch.zeros_like(adv))
+    # Equal scores can leave a rounding residue in ``s - mean`` (3 x 0.1 does not sum to 0.3):
+    # a zero-variance group's advantage is exactly 0.
+    adv = torch.where(mask & (std > ZERO_VARIANCE_EPS), adv, torch.zeros_like(adv))
+    return adv.to(scores.dtype)
 
 
 def grpo_kl(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:

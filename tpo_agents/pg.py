@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import torch
 
 from tpo_agents import objectives as obj
-from tpo_agents.base import GroupedAlgorithm
+from tpo_agents.base import GroupedAlgorithm, real_number
 from tpo_agents.groups import GroupBatch, SequenceGroupBatch
 
 BASELINES = ("batch_mean", "pi_squared", "none")
@@ -128,9 +128,7 @@ class DG(PG):
     """
 
     def __init__(self, policy, env, *args: Any, dg_eta: float = 1.0, **kwargs: Any):
-        if not dg_eta > 0:
-            raise ValueError(f"dg_eta must be > 0; got {dg_eta!r}")
-        self.dg_eta = float(dg_eta)
+        self.dg_eta = real_number("dg_eta", dg_eta, above=0.0)
         super().__init__(policy, env, *args, **kwargs)
 
     def compute_loss(self, batch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -150,9 +148,7 @@ class CriticFreePPO(PG):
     default_n_epochs: ClassVar[int] = 4
 
     def __init__(self, policy, env, *args: Any, clip_range: float = 0.2, **kwargs: Any):
-        if not clip_range > 0:
-            raise ValueError(f"clip_range must be > 0; got {clip_range!r}")
-        self.clip_range = float(clip_range)
+        self.clip_range = real_number("clip_range", clip_range, above=0.0)
         super().__init__(policy, env, *args, **kwargs)
 
     def compute_loss(self, batch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]) -> torch.Tensor:

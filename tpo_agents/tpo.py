@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from tpo_agents import objectives as obj
-from tpo_agents.base import GroupedAlgorithm
+from tpo_agents.base import GroupedAlgorithm, real_number
 from tpo_agents.groups import GroupBatch
 
 
@@ -29,8 +29,7 @@ class TPO(GroupedAlgorithm):
     """
 
     def __init__(self, policy, env, *args: Any, eta: float = 1.0, anchor: bool = True, **kwargs: Any):
-        obj.tpo_target(None, torch.zeros(1, 2), eta=eta, anchor=False)  # validates eta early
-        self.eta = float(eta)
+        self.eta = real_number("eta", eta, above=0.0)
         self.anchor = bool(anchor)
         super().__init__(policy, env, *args, **kwargs)
 
@@ -42,10 +41,23 @@ class TPO(GroupedAlgorithm):
     def prepare(self, batch: GroupBatch) -> dict[str, torch.Tensor]:
         u = obj.standardize_scores(batch.scores, mask=batch.mask)
         q = obj.tpo_target(batch.old_logp, u, eta=self.eta, anchor=self.anchor, mask=batch.mask)
-        return {"u": u, "q": q}
+        return {"u": u, "q": q, "zero_variance": obj.zero_variance_groups(batch.scores, mask=batch.mask)}
 
-    def compute_loss(self, batch: GroupBatch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]) -> torch.Tensor:
-        return obj.tpo_loss(logp, frozen["q"], mask=batch.mask)
+    def compute_loss(
+        self, batch: GroupBatch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]
+    ) -> torch.Tensor | None:
+        """TPO's cross-entropy. At the rollout parameters a zero-variance group has
+        ``q = p_old = p``, an exact zero gradient that float round-off (and Adam's scaling
+        of it) would turn into a step, so such groups are left out until a step has moved
+        the policy; when every group is zero-variance no step is taken at all (the update
+        stops by itself). With ``anchor=False`` the target does not depend on p_old and
+        every group counts."""
+        zero = frozen["zero_variance"]
+        if self._params_moved or not self.anchor:
+            return obj.tpo_loss(logp, frozen["q"], mask=batch.mask)
+        if bool(zero.all()):
+            return None
+        return obj.tpo_loss(logp, frozen["q"], mask=batch.mask, groups=None if not zero.any() else ~zero)
 
     def diagnostics(self, batch: GroupBatch, frozen: dict[str, torch.Tensor]) -> dict[str, float]:
         q = frozen["q"]
@@ -62,5 +74,9 @@ class GroupPG(TPO):
     ``L = -mean_i u_i log pi(y_i)`` instead of the cross-entropy to the target.
     """
 
-    def compute_loss(self, batch: GroupBatch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]) -> torch.Tensor:
+    def compute_loss(
+        self, batch: GroupBatch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]
+    ) -> torch.Tensor | None:
+        if bool(frozen["zero_variance"].all()):  # u = 0 everywhere: no gradient, no step
+            return None
         return obj.group_pg_loss(logp, frozen["u"], mask=batch.mask)

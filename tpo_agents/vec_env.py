@@ -104,6 +104,18 @@ class GymnasiumVecEnv(VecEnv):
     def get_images(self):
         return [None for _ in range(self.num_envs)]
 
+    # -- snapshots (exact resume) -------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        """The vector env's snapshot (``get_state()`` of tpo_gym envs), for checkpoints."""
+        if not hasattr(self.venv, "get_state"):
+            raise AttributeError(f"{type(self.venv).__name__} cannot snapshot its state (no get_state)")
+        return self.venv.get_state()
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if not hasattr(self.venv, "set_state"):
+            raise AttributeError(f"{type(self.venv).__name__} cannot restore a state (no set_state)")
+        self.venv.set_state(state)
+
     # -- candidate-scoring protocol ---------------------------------------------
     def score_candidates(self, actions: np.ndarray) -> np.ndarray:
         if not hasattr(self.venv, "score_candidates"):

@@ -21,6 +21,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from tpo_gym.candidates import check_candidate_actions
+from tpo_gym.snapshot import StateSnapshot
 from tpo_gym.validation import (
     check_action_batch,
     check_index_option,
@@ -348,7 +349,7 @@ class MultiContextBanditEnv(_BanditEnv):
 # --------------------------------------------------------------------------- vector envs
 
 
-class _BanditVectorEnv(gym.vector.VectorEnv):
+class _BanditVectorEnv(StateSnapshot, gym.vector.VectorEnv):
     """Shared native vector implementation (autoreset mode SAME_STEP).
 
     State: one context per sub-env (int64 array) and one ``np.random.Generator`` per sub-env,

@@ -39,6 +39,7 @@ from gymnasium.vector.utils import batch_space
 
 from tpo_gym.candidates import GROUP_MODE_KEY, check_candidate_actions
 from tpo_gym.rng import CounterStreams
+from tpo_gym.snapshot import StateSnapshot
 from tpo_gym.validation import (
     check_action_batch,
     check_int,
@@ -446,7 +447,7 @@ _NO_SCORE_MSG = (
 # --------------------------------------------------------------------------- vector env
 
 
-class TokenReversalVectorEnv(gym.vector.VectorEnv):
+class TokenReversalVectorEnv(StateSnapshot, gym.vector.VectorEnv):
     """Native vector version of :class:`TokenReversalEnv` (``gym.make_vec``).
 
     ## Description

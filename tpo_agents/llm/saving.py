@@ -38,8 +38,11 @@ def model_folder(path: Any) -> Path:
 def save_agent(algo, path: Any, save_zip: Callable[[], None]) -> None:
     """Write the model folder, then the agent zip (``save_zip``) with ``policy_kwargs``
     pointing at that folder (no model or tokenizer objects are pickled)."""
+    from tpo_agents.atomic import atomic_folder
+
     folder = model_folder(path)
-    algo.policy.save_pretrained(folder)
+    with atomic_folder(folder) as tmp:  # a crash leaves the previous folder in place
+        algo.policy.save_pretrained(tmp)
     original = algo.policy_kwargs
     algo.policy_kwargs = {
         **algo.policy.options(),

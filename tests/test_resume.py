@@ -1,0 +1,106 @@
+"""Checkpoints: atomic saves, full training state, exact resume, refusals (issue 13, items 2-3)."""
+
+from __future__ import annotations
+
+import zipfile
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import tpo_gym  # noqa: F401  (registers the envs)
+from tpo_agents import DG, GRPO, TPO
+
+TOKEN_KW = dict(batch_size=4, n_candidates=4, policy_kwargs=dict(d_model=16, n_layers=1, n_heads=2))
+CASES = [
+    ("MlpPolicy", lambda: "MultiContextBandit-v0", dict(batch_size=8), 40 * 8, 40 * 8),
+    # H = 3 terminal reward: one iteration is batch_size * K * H = 48 env steps.
+    ("TransformerPolicy", lambda: gym.make("TokenReversal-terminal-v0", length=3, vocab_size=2), TOKEN_KW, 3 * 48, 2 * 48),
+]
+
+
+def weights(model) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.policy.parameters()]
+
+
+@pytest.mark.parametrize("algo", [TPO, GRPO, DG], ids=lambda a: a.__name__)
+@pytest.mark.parametrize("policy, make_env, kwargs, n1, n2", CASES, ids=["mlp", "transformer"])
+def test_save_load_continue_is_bitwise_the_uninterrupted_run(tmp_path, algo, policy, make_env, kwargs, n1, n2):
+    straight = algo(policy, make_env(), seed=3, **kwargs).learn(n1 + n2)
+
+    first = algo(policy, make_env(), seed=3, **kwargs).learn(n1)
+    first.save(tmp_path / "ckpt")
+    torch.manual_seed(12345)  # whatever the user's code does in between
+    np.random.seed(6789)
+    resumed = algo.load(tmp_path / "ckpt", env=make_env(), force_reset=False)
+    resumed.learn(n2, reset_num_timesteps=False)
+
+    assert resumed.num_timesteps == straight.num_timesteps == n1 + n2
+    start = weights(algo(policy, make_env(), seed=3, **kwargs))
+    assert any(not torch.equal(a, b) for a, b in zip(start, weights(straight)))  # it learned
+    assert all(torch.equal(a, b) for a, b in zip(weights(straight), weights(resumed)))
+
+    # The same checkpoint continued from a fresh env (force_reset) is a different run:
+    # the state restored above is what made the replay exact.
+    fresh = algo.load(tmp_path / "ckpt", env=make_env())
+    fresh.learn(n2, reset_num_timesteps=False)
+    assert any(not torch.equal(a, b) for a, b in zip(weights(straight), weights(fresh)))
+
+
+def test_the_zip_holds_the_optimizer_state(tmp_path):
+    model = TPO("MlpPolicy", "MultiContextBandit-v0", batch_size=8, seed=0).learn(64)
+    model.save(tmp_path / "m")
+    assert "policy.optimizer.pth" in zipfile.ZipFile(tmp_path / "m.zip").namelist()
+    loaded = TPO.load(tmp_path / "m")
+    saved, restored = model.policy.optimizer.state_dict(), loaded.policy.optimizer.state_dict()
+    assert saved["state"].keys() == restored["state"].keys() and saved["state"]
+    for key, moments in saved["state"].items():
+        for name, value in moments.items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(restored["state"][key][name]))
+
+
+def test_a_crash_during_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    import stable_baselines3.common.base_class as base_class
+
+    model = TPO("MlpPolicy", "MultiContextBandit-v0", batch_size=8, seed=0)
+    model.save(tmp_path / "m")
+    good = (tmp_path / "m.zip").read_bytes()
+    real = base_class.save_to_zip_file
+
+    def crash_half_way(save_path, *args, **kwargs):
+        with open(save_path, "wb") as f:
+            f.write(good[: len(good) // 3])  # a truncated archive, then the process "dies"
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(base_class, "save_to_zip_file", crash_half_way)
+    model.learn(64)
+    with pytest.raises(KeyboardInterrupt):
+        model.save(tmp_path / "m")
+    assert (tmp_path / "m.zip").read_bytes() == good
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.zip"]  # no temporary left behind
+    monkeypatch.setattr(base_class, "save_to_zip_file", real)
+    TPO.load(tmp_path / "m")  # still a valid checkpoint
+
+
+def test_loading_another_algorithms_file_is_refused(tmp_path):
+    TPO("MlpPolicy", "MultiContextBandit-v0").save(tmp_path / "tpo")
+    with pytest.raises(ValueError, match=r"holds a TPO agent, not a GRPO: load it with TPO.load"):
+        GRPO.load(tmp_path / "tpo")
+
+
+def test_learn_after_load_without_an_env_says_what_to_do(tmp_path):
+    TPO("MlpPolicy", "MultiContextBandit-v0").save(tmp_path / "tpo")
+    model = TPO.load(tmp_path / "tpo")
+    with pytest.raises(ValueError, match=r"has no env .*pass env= to TPO.load\(\.\.\.\) or call model.set_env"):
+        model.learn(100)
+    model.set_env("MultiContextBandit-v0")
+    assert model.learn(100).num_timesteps >= 100
+
+
+def test_resume_into_an_env_that_cannot_take_the_state_warns_and_resets(tmp_path):
+    model = TPO("MlpPolicy", "CartPole-v1", batch_size=2, n_candidates=2, seed=0).learn(50)
+    model.save(tmp_path / "cp")
+    with pytest.warns(UserWarning, match="saved state cannot be restored"):
+        loaded = TPO.load(tmp_path / "cp", env="CartPole-v1", force_reset=False)
+    assert loaded._last_obs is None  # starts from a reset instead of a stale observation
