@@ -18,6 +18,20 @@ finish. Every backend has the same small interface::
 
 Every backend runs a task with one torch thread, so results do not depend on the
 backend or the number of workers. Ray is an optional extra (``pip install tpo[ray]``).
+
+Interrupts (what :func:`zoo.sweep.run_sweep` builds on; docs/sweeps.md):
+
+* :meth:`Backend.cancel_pending` drops the tasks that have not started and returns the
+  handles of those still to report (running ones); :meth:`Backend.terminate` stops
+  running tasks at once; :meth:`Backend.is_interruption` tells a task that was
+  interrupted (:class:`JobInterrupted`) from one that failed.
+* A pool worker of :class:`LocalBackend` handles SIGINT itself: a Ctrl-C in a terminal
+  reaches the whole process group, and the worker then stops its task at once
+  (:class:`JobInterrupted`, no traceback) and starts no other; a SIGINT to the driver
+  alone does not reach it, so its task runs to the end.
+* Pool workers and the progress manager exit within about a second when the process
+  that started them dies, even by SIGKILL (a watchdog thread that checks
+  ``os.getppid()``), so a killed sweep leaves no processes behind.
 """
 
 from __future__ import annotations
@@ -25,10 +39,13 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import signal
 import socket
+import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Future, ProcessPoolExecutor, wait
 from typing import Any
 
 BACKENDS: tuple[str, ...] = ("local", "ray")
@@ -38,8 +55,92 @@ CONNECT_TIMEOUT = 5.0
 """Seconds to wait for a TCP connection to a Ray address before giving up."""
 
 
+WATCHDOG_INTERVAL = 0.5
+"""Seconds between a worker's checks that the process that started it is still alive."""
+
+
 class BackendError(RuntimeError):
     """A backend cannot be used: Ray is not installed, or its cluster cannot be reached."""
+
+
+class JobInterrupted(RuntimeError):
+    """A task stopped by an interrupt (SIGINT in its worker, or the sweep was stopping).
+
+    ``started``: False when the task was refused before it began (the sweep had been
+    interrupted while it waited in the pool's queue).
+    """
+
+    def __init__(self, message: str = "interrupted", started: bool = True) -> None:
+        super().__init__(message, started)
+        self.started = started
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+# --------------------------------------------------------------------- worker processes
+
+_worker_stop: Any = None  # the pool's shared multiprocessing Event (set: start no task)
+_worker_interrupted = False  # this worker received SIGINT
+_in_task = False  # this worker is running a task (SIGINT stops it)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def watch_parent(driver_pid: int, direct: bool, interval: float = WATCHDOG_INTERVAL) -> None:
+    """Exit this process (``os._exit(1)``) as soon as the driver that started it is gone.
+
+    ``direct``: the driver is this process's parent (spawn); otherwise (forkserver) the
+    parent is the fork server, which exits when the driver does. Checked once now and
+    then every ``interval`` seconds by a daemon thread: the parent pid changes when the
+    parent dies (the orphan is re-parented), whatever killed it, SIGKILL included.
+    """
+    parent = driver_pid if direct else os.getppid()
+
+    def gone() -> bool:
+        return os.getppid() != parent or not _pid_alive(driver_pid)
+
+    if gone():
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval)
+            if gone():
+                os._exit(1)
+
+    threading.Thread(target=watch, name="zoo-parent-watchdog", daemon=True).start()
+
+
+def _on_worker_sigint(signum, frame) -> None:
+    """A pool worker's SIGINT handler: stop the running task, start no other one."""
+    global _worker_interrupted
+    _worker_interrupted = True
+    if _in_task:
+        raise KeyboardInterrupt
+
+
+def _init_pool_worker(driver_pid: int, direct: bool, stop: Any) -> None:
+    """Initializer of a :class:`LocalBackend` pool worker (see the module docstring)."""
+    global _worker_stop
+    _worker_stop = stop
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not ignored
+        signal.signal(signal.SIGINT, _on_worker_sigint)
+    watch_parent(driver_pid, direct)
+
+
+def _init_helper_process(driver_pid: int, direct: bool) -> None:
+    """Initializer of the progress manager: survives a Ctrl-C, dies with the driver."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    watch_parent(driver_pid, direct)
 
 
 @contextlib.contextmanager
@@ -70,12 +171,30 @@ def call_single_threaded(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` with one torch thread: the entry point of worker processes and Ray tasks.
 
     Sweep processes also keep freed activation memory in the heap
-    (:func:`tpo_agents.runtime.keep_freed_memory`: no page faults per training step)."""
+    (:func:`tpo_agents.runtime.keep_freed_memory`: no page faults per training step).
+    In a :class:`LocalBackend` pool worker, a SIGINT during the task raises
+    :class:`JobInterrupted` instead (and tells the other workers to start no task); after
+    one, or once the driver has stopped the sweep, a task is refused unstarted.
+    """
+    global _in_task
+    if _worker_stop is not None and (_worker_interrupted or _worker_stop.is_set()):
+        raise JobInterrupted("not started: the sweep was interrupted", started=False)
     from tpo_agents.runtime import keep_freed_memory
 
     keep_freed_memory()
-    with single_torch_thread():
-        return fn(*args)
+    try:
+        try:
+            _in_task = _worker_stop is not None
+            with single_torch_thread():
+                return fn(*args)
+        finally:
+            _in_task = False
+    except KeyboardInterrupt:
+        if _worker_stop is None:  # not a pool worker of ours (Ray, a plain call)
+            raise
+        with contextlib.suppress(Exception):
+            _worker_stop.set()
+        raise JobInterrupted("stopped by SIGINT") from None
 
 
 class Backend(ABC):
@@ -119,6 +238,21 @@ class Backend(ABC):
     def progress_mapping(self) -> MutableMapping | None:
         """A mapping tasks may write live progress to (read by the caller), or None."""
         return None
+
+    def cancel_pending(self, handles: Sequence[Any]) -> list[Any]:
+        """Drop the tasks of ``handles`` that have not started (the sweep was interrupted);
+        the handles still to wait for (running tasks; each finishes or reports
+        :class:`JobInterrupted`)."""
+        return list(handles)
+
+    def terminate(self) -> None:
+        """Stop every task now (running ones too) and release the resources."""
+        self.close(cancel=True)
+
+    def is_interruption(self, exc: BaseException) -> bool:
+        """Whether a task's error, seen while the sweep stops after an interrupt, means it
+        was interrupted (not cached, no error) rather than that it failed (re-raised)."""
+        return isinstance(exc, JobInterrupted)
 
     def describe(self) -> dict:
         """What to record in a result's config."""
@@ -183,6 +317,7 @@ class LocalBackend(Backend):
         self.in_process = workers <= 1
         self._pool: ProcessPoolExecutor | None = None
         self._manager = None
+        self._stop = None
 
     def _mp_context(self) -> multiprocessing.context.BaseContext:
         if self.context == "forkserver" and "forkserver" in multiprocessing.get_all_start_methods():
@@ -192,9 +327,20 @@ class LocalBackend(Backend):
             return ctx
         return multiprocessing.get_context("spawn")
 
+    def _helper_args(self, ctx: multiprocessing.context.BaseContext) -> tuple[int, bool]:
+        """(driver pid, whether helpers are its direct children) for :func:`watch_parent`."""
+        return os.getpid(), ctx.get_start_method() != "forkserver"
+
     def start(self) -> None:
         if not self.in_process and self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=self._mp_context())
+            ctx = self._mp_context()
+            self._stop = ctx.Event()
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=ctx,
+                initializer=_init_pool_worker,
+                initargs=(*self._helper_args(ctx), self._stop),
+            )
 
     def close(self, cancel: bool = False) -> None:
         if self._pool is not None:
@@ -203,6 +349,41 @@ class LocalBackend(Backend):
         if self._manager is not None:
             self._manager.shutdown()
             self._manager = None
+
+    def cancel_pending(self, handles: Sequence[Any]) -> list[Any]:
+        """Tell the workers to start no task: each queued task then reports
+        :class:`JobInterrupted` (``started=False``) at once, and the running ones finish.
+        (The futures are not cancelled: Python 3.11's pool fails on a cancelled future
+        if a worker is then terminated.)"""
+        if self.in_process:
+            return []  # nothing runs between two waits
+        if self._stop is not None:
+            self._stop.set()
+        return list(handles)
+
+    def terminate(self) -> None:
+        """Kill the pool's workers (SIGTERM, then SIGKILL after 2 s) and shut it down."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            if self._stop is not None:
+                with contextlib.suppress(Exception):
+                    self._stop.set()
+            processes = list((getattr(pool, "_processes", None) or {}).values())
+            for process in processes:
+                with contextlib.suppress(Exception):
+                    process.terminate()
+            deadline = time.monotonic() + 2.0
+            for process in processes:
+                with contextlib.suppress(Exception):
+                    process.join(max(0.0, deadline - time.monotonic()))
+                    if process.is_alive():
+                        process.kill()
+            pool.shutdown(wait=True)  # the dead workers' futures fail (BrokenProcessPool)
+        self.close(cancel=True)
+
+    def is_interruption(self, exc: BaseException) -> bool:
+        # A worker that died meanwhile (BrokenProcessPool): a Ctrl-C may have killed it.
+        return isinstance(exc, (JobInterrupted, BrokenExecutor))
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self.in_process:
@@ -237,7 +418,12 @@ class LocalBackend(Backend):
         if self.in_process:
             return None
         if self._manager is None:
-            self._manager = self._mp_context().Manager()
+            from multiprocessing.managers import SyncManager
+
+            ctx = self._mp_context()
+            manager = SyncManager(ctx=ctx)
+            manager.start(_init_helper_process, self._helper_args(ctx))
+            self._manager = manager
         return self._manager.dict()
 
 
@@ -363,6 +549,27 @@ class RayBackend(Backend):
         value = self._ray.get(handle)
         self._pending.discard(handle)
         return value
+
+    def cancel_pending(self, handles: Sequence[Any]) -> list[Any]:
+        """Cancel every unfinished task (Ray cannot tell queued from running ones: a
+        running task gets a KeyboardInterrupt); their handles then report
+        ``TaskCancelledError``, or a result that came first."""
+        for ref in handles:
+            with contextlib.suppress(Exception):
+                self._ray.cancel(ref)
+        return list(handles)
+
+    def terminate(self) -> None:
+        if self._ray is not None and self._ray.is_initialized():
+            for ref in self._pending:
+                with contextlib.suppress(Exception):
+                    self._ray.cancel(ref, force=True)
+        self.close(cancel=True)
+
+    def is_interruption(self, exc: BaseException) -> bool:
+        # While the sweep stops, any Ray error (a cancelled task, a worker a Ctrl-C killed)
+        errors = getattr(getattr(self._ray, "exceptions", None), "RayError", ())
+        return isinstance(exc, JobInterrupted) or (bool(errors) and isinstance(exc, errors))
 
     def describe(self) -> dict:
         info = super().describe()

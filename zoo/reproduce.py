@@ -26,7 +26,8 @@ Where the MNIST and Token Reversal jobs run (:mod:`zoo.backends`, docs/sweeps.md
                                       one Ray task per (method, setting, seed)
 
 Both backends write the same per-job cache, so a sweep interrupted on one resumes on
-either. The tabular studies are exact and batched over seeds in one process: the
+either. Ctrl-C keeps every finished job cached and exits with status 130 and one line
+saying so; SIGINT to the driver alone first lets the running jobs finish (docs/sweeps.md). The tabular studies are exact and batched over seeds in one process: the
 backend does not apply to them (``--backend ray`` is refused).
 
 Each run writes ``OUT/<name>.json``, ``OUT/<name>.png`` (mean +- s.e. bands) and
@@ -51,6 +52,7 @@ from zoo import mnist_study, tabular, token_study
 from zoo.backends import BACKENDS, BackendError, check_backend_args
 from zoo.cli import positive_float, positive_int
 from zoo.results import summarize, write_outputs
+from zoo.sweep import SweepInterrupted
 
 
 @dataclass(frozen=True)
@@ -294,6 +296,9 @@ def main(argv: list[str] | None = None) -> dict:
         result = exp.run(args)
     except BackendError as exc:
         parser.error(str(exc))
+    except SweepInterrupted as exc:  # Ctrl-C: finished jobs are cached (docs/sweeps.md)
+        print(exc, file=sys.stderr)
+        raise SystemExit(130) from None
     result["config"].setdefault("wall_seconds", round(time.perf_counter() - t0, 2))
     if exp.write is not None:
         paths = exp.write(result, args.out, paper_notes=exp.paper, log_x=exp.log_x)
@@ -309,4 +314,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except KeyboardInterrupt:  # outside a sweep (e.g. while writing the figures)
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

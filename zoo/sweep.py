@@ -9,14 +9,30 @@ file system). A rerun loads every job whose cache file holds the same spec and r
 only the others, so a sweep interrupted on one backend resumes on either.
 
 Records also carry :func:`code_version`; jobs cached with other ``tpo_agents``/``tpo_gym``
-sources are still reused but reported (a warning) so that mixed sweeps are visible.
+sources are still reused but reported (a warning) so that mixed sweeps are visible. A cache
+file that cannot be used (not valid JSON, not an object, or missing a field of
+``job.record_fields``) is reported by a :class:`CacheWarning` naming it and its job is
+run again, overwriting it.
+
+Interrupts (docs/sweeps.md, "Interrupting a sweep"): a first SIGINT (Ctrl-C) makes the
+driver start no more jobs and wait for the running ones, caching each that finishes; a
+Ctrl-C in a terminal also reaches the pool's workers, which stop their jobs at once, so
+the sweep ends promptly. :func:`run_sweep` then raises :class:`SweepInterrupted`, whose
+message is one line (``zoo.reproduce`` prints it and exits with status 130). A second
+SIGINT stops the running jobs at once. With ``workers == 1`` the job runs in this process
+and the first SIGINT stops it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
+import signal
+import sys
+import threading
+import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -24,12 +40,41 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from zoo.backends import make_backend
+from zoo.backends import JobInterrupted, make_backend
 from zoo.results import write_json_atomic
+
+DEFAULT_RECORD_FIELDS: tuple[str, ...] = ("spec", "error", "seconds")
+"""The fields a cached record must have when its job declares no ``record_fields`` (what
+every job function of this project records)."""
+
+POLL_SECONDS = 0.25
+"""How often the driver checks for an interrupt while jobs run (and at most how long it
+takes to notice one)."""
+
+DRAIN_NOTICE_SECONDS = 2.0
+"""After an interrupt, how long the driver waits for running jobs before saying so."""
+
+
+class CacheWarning(UserWarning):
+    """A sweep cache file could not be used; its job is run again (the file is overwritten)."""
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """A sweep stopped by SIGINT after caching what finished; ``str()`` is a one-line
+    message saying how many jobs are cached where. ``finished``/``total``: jobs cached
+    (before and during this run) and jobs in the sweep."""
+
+    def __init__(self, message: str, finished: int = 0, total: int = 0) -> None:
+        super().__init__(message)
+        self.finished, self.total = finished, total
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class SweepJob(Protocol):
-    """What :func:`run_sweep` needs of a job."""
+    """What :func:`run_sweep` needs of a job (and, optionally, ``record_fields``: the
+    fields its cached record must have; default :data:`DEFAULT_RECORD_FIELDS`)."""
 
     @property
     def name(self) -> str: ...
@@ -59,15 +104,43 @@ def code_version() -> str:
     return digest.hexdigest()[:12]
 
 
-def load_cached(job: SweepJob, out: Path) -> dict | None:
-    """The cached record of ``job`` if it exists and was made with the same spec."""
+def check_cached(job: SweepJob, out: Path) -> tuple[dict | None, str | None]:
+    """``(record, problem)`` for ``job``'s cache file under ``out``.
+
+    ``record`` is the cached record when the file exists, holds the same spec and has
+    every field of ``job.record_fields``; otherwise None, with ``problem`` saying what is
+    wrong with the file (None when there is no file, or when it holds another spec: a
+    changed setting is another job, run anew as before).
+    """
+    path = job.cache_path(Path(out))
     try:
-        record = json.loads(job.cache_path(Path(out)).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(record, dict) or record.get("spec") != _jsonable(job.spec()):
-        return None
-    return record
+        text = path.read_text()
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"cannot be read ({exc})"
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        return None, f"is not valid JSON ({exc})"
+    if not isinstance(record, dict):
+        return None, f"holds a JSON {type(record).__name__}, not an object"
+    if "spec" not in record:
+        return None, "is missing the field 'spec'"
+    if record["spec"] != _jsonable(job.spec()):
+        return None, None
+    fields = getattr(job, "record_fields", DEFAULT_RECORD_FIELDS)
+    missing = [f for f in fields if f not in record]
+    if missing:
+        listed = ", ".join(repr(f) for f in missing)
+        return None, f"is missing the field{'s' if len(missing) > 1 else ''} {listed}"
+    return record, None
+
+
+def load_cached(job: SweepJob, out: Path) -> dict | None:
+    """The cached record of ``job`` if it exists, was made with the same spec and is
+    complete (:func:`check_cached`; no warning)."""
+    return check_cached(job, out)[0]
 
 
 def _jsonable(value: Any) -> Any:
@@ -117,7 +190,14 @@ def run_sweep(
     todo = []
     stale = []
     for job in jobs:
-        cached = None if out is None else load_cached(job, out)
+        cached, problem = (None, None) if out is None else check_cached(job, out)
+        if problem is not None:
+            warnings.warn(
+                f"cache file {job.cache_path(Path(out))} {problem}; running job {job.name} "
+                "again (the file will be overwritten)",
+                CacheWarning,
+                stacklevel=2,
+            )
         if cached is None:
             todo.append(job)
         else:
@@ -138,42 +218,167 @@ def run_sweep(
         info.update(jobs_total=len(jobs), jobs_cached=len(records), jobs_run=len(todo))
     if not todo:
         return records
-    totals = {job.name: getattr(job, "episodes", "?") for job in todo}
     n_workers = workers if backend == "ray" else min(workers, len(todo))
+    runner = make_backend(backend, n_workers, ray_address, context, preload)
     bar = tqdm(total=len(jobs), initial=len(records), desc=desc, disable=not progress, unit="job")
+    sweep = _Sweep(runner, fn, out, records, bar, desc, describe, progress)
     try:
-        with make_backend(backend, n_workers, ray_address, context, preload) as runner:
-            if info is not None:
-                info.update(runner.describe(), workers=workers)
-            shared = None
-            if progress:
-                shared = _BarProgress(bar, totals) if runner.in_process else runner.progress_mapping()
-            handles = {}
-            for job in todo:
-                handles[runner.submit(fn, job, shared)] = job
-            if runner.in_process and todo:
-                bar.set_description(f"{desc}: {describe(todo[0])}")
-
-            def refresh() -> None:
-                if shared is None or runner.in_process:
-                    return
-                running = dict(shared)
-                if running:
-                    bar.set_postfix_str(
-                        " | ".join(f"{n} {i}/{totals.get(n, '?')}" for n, i in sorted(running.items())),
-                        refresh=True,
-                    )
-
-            for handle in runner.as_completed(list(handles), on_poll=refresh):
-                job = handles[handle]
-                record = runner.result(handle)  # re-raises the job's error
-                if out is not None:
-                    write_json_atomic(job.cache_path(Path(out)), record)
-                records[job.name] = record
-                bar.set_description(f"{desc}: done {describe(job)}")
-                bar.update()
-                if shared is not None and not runner.in_process:
-                    shared.pop(job.name, None)
+        with sweep.guard:
+            runner.start()
+            try:
+                if info is not None:
+                    info.update(runner.describe(), workers=workers)
+                sweep.run(todo)
+            except KeyboardInterrupt:  # a second Ctrl-C, or the first one with workers == 1
+                sweep.forced = True
+                runner.terminate()
+            except BaseException:
+                runner.close(cancel=True)
+                raise
+            if sweep.interrupted:  # every job has reported: idle workers need no clean exit
+                runner.terminate()
+            else:
+                runner.close()
+    except KeyboardInterrupt:  # a second Ctrl-C while the pool shuts down
+        sweep.forced = True
+        runner.terminate()
     finally:
         bar.close()
+    if sweep.forced or sweep.interrupted or sweep.guard.count:  # (even if all jobs were done)
+        raise SweepInterrupted(sweep.message(len(jobs), todo), len(records), len(jobs)) from None
     return records
+
+
+class _SigintGuard:
+    """While active (in the main thread, when SIGINT has Python's default handler):
+    counts SIGINTs; the first raises KeyboardInterrupt only when ``first_raises`` (jobs
+    run in this process), the second always does."""
+
+    def __init__(self, first_raises: bool) -> None:
+        self.first_raises = first_raises
+        self.count = 0
+        self._previous: Any = None
+        self._installed = False
+
+    def _handle(self, signum, frame) -> None:
+        self.count += 1
+        if self.first_raises or self.count > 1:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> _SigintGuard:
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
+
+
+class _Sweep:
+    """The jobs of one :func:`run_sweep` call on a started backend: submits them, caches
+    each result as it arrives and, after an interrupt, drains the running jobs."""
+
+    def __init__(self, runner, fn, out, records, bar, desc, describe, progress) -> None:
+        self.runner, self.fn, self.out, self.records = runner, fn, out, records
+        self.bar, self.desc, self.describe, self.progress = bar, desc, describe, progress
+        self.guard = _SigintGuard(first_raises=runner.in_process)
+        self.interrupted = False  # a SIGINT (or a worker's JobInterrupted) stopped the sweep
+        self.forced = False  # running jobs were stopped (second Ctrl-C, or in process)
+        self.finished_after = 0  # jobs cached after the interrupt (they were running)
+        self.stopped = 0  # running jobs stopped by a SIGINT in their worker
+
+    def run(self, todo: Sequence[SweepJob]) -> None:
+        runner, bar = self.runner, self.bar
+        totals = {job.name: getattr(job, "episodes", "?") for job in todo}
+        shared = None
+        if self.progress:
+            shared = _BarProgress(bar, totals) if runner.in_process else runner.progress_mapping()
+        handles = {}
+        for job in todo:
+            handles[runner.submit(self.fn, job, shared)] = job
+        if runner.in_process and todo:
+            bar.set_description(f"{self.desc}: {self.describe(todo[0])}")
+
+        def refresh() -> None:
+            if shared is None or runner.in_process:
+                return
+            try:
+                running = dict(shared)
+            except Exception:  # progress display only
+                return
+            if running:
+                bar.set_postfix_str(
+                    " | ".join(f"{n} {i}/{totals.get(n, '?')}" for n, i in sorted(running.items())),
+                    refresh=True,
+                )
+
+        pending = list(handles)
+        last_refresh = time.monotonic()
+        draining_since: float | None = None
+        noticed = False
+        while pending:
+            if draining_since is None and (self.guard.count or self.interrupted):
+                self.interrupted = True
+                draining_since = time.monotonic()
+                pending = runner.cancel_pending(pending)
+                if not pending:
+                    break
+            done, pending = runner.wait(pending, POLL_SECONDS)
+            for handle in done:
+                job = handles[handle]
+                try:
+                    record = runner.result(handle)
+                except Exception as exc:
+                    stopping = draining_since is not None or isinstance(exc, JobInterrupted)
+                    if not (stopping and runner.is_interruption(exc)):
+                        raise  # the job's own error
+                    self.interrupted = True
+                    self.stopped += bool(getattr(exc, "started", True))
+                    continue
+                if self.out is not None:
+                    write_json_atomic(job.cache_path(Path(self.out)), record)
+                self.records[job.name] = record
+                self.finished_after += draining_since is not None
+                bar.set_description(f"{self.desc}: done {self.describe(job)}")
+                bar.update()
+                if shared is not None and not runner.in_process:
+                    with contextlib.suppress(Exception):
+                        shared.pop(job.name, None)
+            now = time.monotonic()
+            if pending and now - last_refresh >= 1.0:
+                last_refresh = now
+                refresh()
+            if draining_since is not None and pending and not noticed and now - draining_since >= DRAIN_NOTICE_SECONDS:
+                noticed = True
+                n = len(pending) if runner.name == "ray" else min(len(pending), runner.workers)
+                tqdm.write(
+                    f"interrupt: waiting for {n} running job{'s' if n > 1 else ''} to finish and "
+                    "be cached; press Ctrl-C again to stop now",
+                    file=sys.stderr,
+                )
+
+    def message(self, total: int, todo: Sequence[SweepJob]) -> str:
+        """The one-line report of an interrupted sweep."""
+        finished = len(self.records)
+        folder = None
+        if self.out is not None:
+            folders = {str(job.cache_path(Path(self.out)).parent) for job in todo}
+            folder = folders.pop() if len(folders) == 1 else str(Path(self.out) / "cache")
+        notes = []
+        if self.finished_after:
+            notes.append(f"{self.finished_after} of them were running when interrupted and finished first")
+        if self.stopped:
+            notes.append(f"{self.stopped} job{'s' if self.stopped > 1 else ''} stopped before finishing")
+        if self.forced:
+            notes.append("the running job was stopped" if self.runner.in_process else "running jobs were stopped")
+        text = f"interrupted: {finished} of {total} jobs finished"
+        text += f" and cached in {folder}" if folder else " (no cache: out=None)"
+        if notes:
+            text += " (" + "; ".join(notes) + ")"
+        return text + ("; rerun the same command to resume" if folder else "")

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -83,6 +83,14 @@ def label(method: str) -> str:
 # -------------------------------------------------------------------------------- jobs
 
 
+RECORD_FIELDS: tuple[str, ...] = (
+    "spec", "agent", "error", "grad_norm", "takeoff_iteration", "steps_to_1pct", "seconds",
+    "seconds_per_iteration",
+)
+"""The fields of a job's record that :func:`summarize_jobs` reads (``zero_variance_frac`` and
+``code_version`` are optional)."""
+
+
 @dataclass(frozen=True)
 class Job:
     """One training run: a method in one setting with one seed."""
@@ -95,6 +103,9 @@ class Job:
     episodes: int
     env: dict  # reward, length, vocab_size, target
     agent: dict  # constructor overrides beyond the method's own
+
+    record_fields: ClassVar[tuple[str, ...]] = RECORD_FIELDS
+    """What a cache file must hold to be reused (:func:`zoo.sweep.check_cached`)."""
 
     @property
     def name(self) -> str:
