@@ -17,6 +17,7 @@ import time
 import warnings
 from typing import Any, ClassVar, TypeVar
 
+import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -33,7 +34,7 @@ from tpo_agents.policies.causal_lm import CausalLMPolicy
 from tpo_agents.policies.mlp import MlpPolicy
 from tpo_agents.policies.transformer import TransformerPolicy
 from tpo_agents.sampling import GROUP_MODES, collector_for
-from tpo_agents.vec_env import make_training_env
+from tpo_agents.vec_env import make_training_env, scores_hidden_by_wrappers, user_wrappers
 
 SelfGrouped = TypeVar("SelfGrouped", bound="GroupedAlgorithm")
 
@@ -112,6 +113,7 @@ class GroupedAlgorithm(BaseAlgorithm):
         self.logp_reduction = logp_reduction
         self.max_grad_norm = max_grad_norm
         policy_class = self._get_policy_from_name(policy) if isinstance(policy, str) else policy
+        self.policy_class = policy_class  # (SB3 sets it too, after the env is built and checked)
         # Language-model policies act on text: prompt vector envs, Text spaces.
         self._language_model = bool(getattr(policy_class, "language_model", False))
         policy_kwargs = dict(policy_kwargs or {})
@@ -152,14 +154,52 @@ class GroupedAlgorithm(BaseAlgorithm):
             return make_prompt_vec_env(env, n_envs or self.batch_size, seed)
         native = _has_native_vector(env)
         if isinstance(env, VecEnv):
-            _check_action_space(type(self).__name__, env.action_space)
+            self._check_env(env)
             return env
+        if isinstance(env, str) and not native:
+            # SB3's DummyVecEnv cannot even hold some spaces (Text): look at one env first.
+            probe = gym.make(env)
+            try:
+                self._check_observations(probe.observation_space, probe.spec.id)
+            finally:
+                probe.close()
+        elif isinstance(env, gym.Env):
+            self._check_observations(env.observation_space, env.spec.id if env.spec else type(env.unwrapped).__name__)
         vec = make_training_env(env, n_envs or (self.batch_size if native else self.n_candidates), seed)
-        _check_action_space(type(self).__name__, vec.action_space)
+        self._check_env(vec, env)
         if native and n_envs is None and self._group_mode_of(vec) == "sequence":
             vec.close()
             vec = make_training_env(env, self.batch_size * self.n_candidates, seed)
         return vec
+
+    def _check_observations(self, space: spaces.Space, env_name: str) -> None:
+        if isinstance(space, spaces.Text):
+            raise ValueError(
+                f"{getattr(self.policy_class, '__name__', 'this policy')} cannot read the Text "
+                f"observations of {env_name} (a prompt env for language models); use CausalLMPolicy"
+            )
+
+    def _check_env(self, vec: VecEnv, given: Any = None) -> None:
+        """Refuse, with the reason, an env this agent and policy cannot train on."""
+        algo = type(self).__name__
+        _check_action_space(algo, vec.action_space)
+        policy = self.policy_class
+        policy_name = getattr(policy, "__name__", "this policy")
+        self._check_observations(vec.observation_space, _env_name(vec))
+        if getattr(policy, "autoregressive", False):
+            if isinstance(given, gym.Env) and user_wrappers(given):
+                raise ValueError(
+                    f"{policy_name} trains on the native vector token env; your wrappers "
+                    f"{user_wrappers(given)} around {_env_name(vec)} would be dropped. Pass the env "
+                    "id (or an unwrapped gym.make(...) instance), or an SB3 VecEnv you built"
+                )
+            try:
+                vec.get_attr("prompt_length", indices=[0])
+            except AttributeError:
+                raise ValueError(
+                    f"{policy_name} needs a prompt-then-generate token env with a prompt_length "
+                    f"attribute (e.g. TokenReversal-*); {_env_name(vec)} has none"
+                ) from None
 
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
@@ -291,6 +331,8 @@ class GroupedAlgorithm(BaseAlgorithm):
         return self._group_mode_of(self.env)
 
     def _group_mode_of(self, vec_env: VecEnv) -> str:
+        if self.group_mode == "per_state":
+            _check_can_score(vec_env)
         if self.group_mode != "auto":
             return self.group_mode
         metadata = vec_env.get_attr("metadata", indices=[0])[0] or {}
@@ -566,9 +608,20 @@ def _check_action_space(algo: str, action_space: spaces.Space) -> None:
         )
 
 
-def _has_native_vector(env: Any) -> bool:
-    import gymnasium as gym
+def _env_name(vec_env: VecEnv) -> str:
+    """The env's id when it was registered, else its class name."""
+    try:
+        spec = vec_env.get_attr("spec", indices=[0])[0]
+    except AttributeError:
+        spec = None
+    if spec is not None and getattr(spec, "id", None):
+        return str(spec.id)
+    base = getattr(vec_env, "unwrapped", vec_env)
+    inner = getattr(base, "venv", None) or (getattr(base, "envs", None) or [base])[0]
+    return type(getattr(inner, "unwrapped", inner)).__name__
 
+
+def _has_native_vector(env: Any) -> bool:
     from tpo_agents.vec_env import native_vector_entry
 
     if isinstance(env, str):
@@ -577,9 +630,29 @@ def _has_native_vector(env: Any) -> bool:
 
 
 def _can_score(vec_env: VecEnv) -> bool:
-    """Whether candidates can be scored through the env's ``score_candidates``."""
+    """Whether candidates can be scored through the env's ``score_candidates`` (and not
+    past a wrapper of the user's, see :func:`~tpo_agents.vec_env.scores_hidden_by_wrappers`)."""
     try:
         vec_env.get_attr("score_candidates", indices=[0])
     except AttributeError:
         return False
-    return True
+    return not scores_hidden_by_wrappers(vec_env)
+
+
+def _check_can_score(vec_env: VecEnv) -> None:
+    """``group_mode="per_state"`` needs candidate scores: say why there are none."""
+    if _can_score(vec_env):
+        return
+    name = _env_name(vec_env)
+    hiding = scores_hidden_by_wrappers(vec_env)
+    if hiding:
+        raise ValueError(
+            f"group_mode='per_state' scores K candidates with the env's score_candidates, which "
+            f"would bypass your wrappers {hiding}; use group_mode='sequence' (K rollouts through "
+            "the wrappers) or 'auto', or define score_candidates on the wrapper"
+        )
+    raise ValueError(
+        f"group_mode='per_state' needs an env that scores K candidates per state, "
+        f"score_candidates(actions [n_envs, K]) -> scores [n_envs, K] (tpo_gym.candidates); "
+        f"the env ({name}) has none: use group_mode='sequence' or 'auto'"
+    )

@@ -51,7 +51,7 @@ class GRPO(GroupedAlgorithm):
     def default_group_mode(self, hint: str | None, can_score: bool) -> str:
         if hint == "all_actions":
             return "single"
-        if hint in ("per_state", "sequence"):
+        if hint == "sequence":
             return hint
         return "per_state" if can_score else "sequence"
 

@@ -33,6 +33,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 from tpo_agents.groups import GroupBatch, SequenceGroupBatch, TokenGroupBatch
+from tpo_agents.vec_env import GymnasiumVecEnv
 
 if TYPE_CHECKING:
     from tpo_agents.base import GroupedAlgorithm
@@ -51,9 +52,19 @@ def vec_score_candidates(vec_env, actions: np.ndarray) -> np.ndarray:
     except AttributeError:
         native = None
     if native is not None:
-        return np.asarray(native(actions), dtype=np.float64)
-    rows = [vec_env.env_method("score_candidates", actions[i], indices=[i])[0] for i in range(len(actions))]
-    return np.asarray(rows, dtype=np.float64)
+        scores = native(actions)
+    else:
+        scores = [vec_env.env_method("score_candidates", actions[i], indices=[i])[0] for i in range(len(actions))]
+    try:
+        scores = np.asarray(scores, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"score_candidates must return numbers of shape {actions.shape}; got {error}") from None
+    if scores.shape != actions.shape:
+        raise ValueError(
+            f"score_candidates(actions of shape {actions.shape}) must return one score per "
+            f"candidate, shape {actions.shape} ([n_envs, K]); got shape {scores.shape}"
+        )
+    return scores
 
 
 def _stack_states(states: list[np.ndarray]) -> np.ndarray:
@@ -226,7 +237,12 @@ class SingleCollector(Collector):
 
 
 class SequenceCollector(Collector):
-    """K rollouts per context from K resets with one seed per context."""
+    """K rollouts per context from K resets with one seed per context.
+
+    Sub-envs that can be reset one at a time (SB3 ``DummyVecEnv``/``SubprocVecEnv``) start
+    the next rollout as soon as theirs ends. A native vector env resets all its sub-envs
+    at once, so there the rollouts run in rounds: one seeded reset of every sub-env (a seed
+    list, one context seed per sub-env), then steps until each has finished its episode."""
 
     mode = "sequence"
 
@@ -235,6 +251,8 @@ class SequenceCollector(Collector):
         K, n = algo.n_candidates, algo.n_envs
         rec = _EpisodeRecorder(n_groups, K, algo.logp_reduction)
         context_seeds = algo._np_rng.integers(0, 2**31 - 1, size=n_groups)
+        if isinstance(getattr(algo.env, "unwrapped", algo.env), GymnasiumVecEnv):
+            return self._collect_in_rounds(callback, rec, context_seeds)
         slots = iter(range(n_groups * K))
         slot = np.full(n, -1)
         obs = np.array(algo._last_obs, copy=True)
@@ -257,6 +275,26 @@ class SequenceCollector(Collector):
             obs = np.array(new_obs, copy=True)
             for i in np.flatnonzero(dones):
                 start(i)
+        algo._last_obs = obs
+        return self.finish(rec.batch())
+
+    def _collect_in_rounds(self, callback: BaseCallback, rec: _EpisodeRecorder, context_seeds) -> GroupBatch | None:
+        algo = self.algo
+        K, n = algo.n_candidates, algo.n_envs
+        total = len(context_seeds) * K
+        for first in range(0, total, n):
+            slot = np.arange(first, first + n)
+            slot[slot >= total] = -1
+            algo.env.seed([int(context_seeds[s // K]) if s >= 0 else None for s in slot])
+            obs = np.array(algo.env.reset(), copy=True)
+            while (slot >= 0).any():
+                actions = algo.policy.sample(self.policy_log_probs(obs), 1).squeeze(-1).numpy()
+                new_obs, rewards, dones, infos = algo.env.step(actions)
+                if not algo._after_env_step(callback, new_obs, rewards, dones, infos, n):
+                    return None
+                rec.record(obs, actions, slot, rewards)
+                obs = np.array(new_obs, copy=True)
+                slot[np.asarray(dones, dtype=bool)] = -1  # one episode per sub-env and round
         algo._last_obs = obs
         return self.finish(rec.batch())
 

@@ -34,7 +34,7 @@ class TPO(GroupedAlgorithm):
         super().__init__(policy, env, *args, **kwargs)
 
     def default_group_mode(self, hint: str | None, can_score: bool) -> str:
-        if hint in ("all_actions", "per_state", "sequence"):
+        if hint in ("all_actions", "sequence"):
             return hint
         return "per_state" if can_score else "sequence"
 

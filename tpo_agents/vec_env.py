@@ -19,6 +19,31 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvStepReturn
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def check_reward_range(rewards: Any, where: str = "env.step") -> np.ndarray:
+    """``rewards`` as float64, refusing finite values that float32 (the rollout's dtype)
+    cannot hold: 1e39 would silently become inf."""
+    raw = np.asarray(rewards, dtype=np.float64)
+    over = np.isfinite(raw) & (np.abs(raw) > FLOAT32_MAX)
+    if over.any():
+        i = int(np.flatnonzero(over.reshape(-1))[0])
+        raise ValueError(
+            f"{where} returned a reward of {float(raw.reshape(-1)[i])!r}, beyond float32's range "
+            f"(|r| <= {FLOAT32_MAX:.4g}) in which rewards are stored; rescale the rewards"
+        )
+    return raw
+
+
+class RewardRangeCheck(gym.Wrapper):
+    """Raises on a reward float32 cannot represent, before ``DummyVecEnv`` stores it as inf."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        check_reward_range(reward)
+        return obs, reward, terminated, truncated, info
+
 
 class GymnasiumVecEnv(VecEnv):
     """SB3 ``VecEnv`` view of a Gymnasium ``VectorEnv`` with same-step autoreset.
@@ -54,6 +79,7 @@ class GymnasiumVecEnv(VecEnv):
 
     def step_wait(self) -> VecEnvStepReturn:
         obs, rewards, terminated, truncated, info = self.venv.step(self._actions)
+        rewards = check_reward_range(rewards)
         dones = np.logical_or(terminated, truncated)
         infos = self._split_info(info, dones)
         final_obs = info.get("final_obs")
@@ -75,7 +101,16 @@ class GymnasiumVecEnv(VecEnv):
                     infos[i][key] = values[i]
         return infos
 
-    def seed(self, seed: int | None = None) -> Sequence[None | int]:
+    def seed(self, seed: int | Sequence[int | None] | None = None) -> Sequence[None | int]:
+        """Seeds for the next ``reset``: an int ``s`` seeds sub-env ``i`` with ``s + i``; a
+        list gives one seed per sub-env (``None``: keep its stream), which replays the same
+        contexts as single envs reset with those seeds (tpo_gym vector envs)."""
+        if seed is not None and not isinstance(seed, int | np.integer):
+            seeds = [None if x is None else int(x) for x in seed]
+            if len(seeds) != self.num_envs:
+                raise ValueError(f"seed list must have one entry per sub-env ({self.num_envs}); got {len(seeds)}")
+            self._seed = seeds
+            return seeds
         self._seed = seed
         return [None if seed is None else seed + i for i in range(self.num_envs)]
 
@@ -137,14 +172,78 @@ def native_vector_entry(spec: gym.envs.registration.EnvSpec | None) -> bool:
     return metadata.get("autoreset_mode") == AutoresetMode.SAME_STEP
 
 
+# What ``gym.make`` adds around every env by itself: not the user's wrappers.
+_MAKE_WRAPPERS = (
+    gym.wrappers.TimeLimit,
+    gym.wrappers.OrderEnforcing,
+    gym.wrappers.PassiveEnvChecker,
+)
+
+
+def user_wrappers(env: Any) -> list[str]:
+    """Names of the wrappers around a ``gym.Env`` other than those ``gym.make`` adds
+    (``TimeLimit``, ``OrderEnforcing``, ``PassiveEnvChecker``), outermost first."""
+    names = []
+    while isinstance(env, gym.Wrapper):
+        if not isinstance(env, _MAKE_WRAPPERS):
+            names.append(type(env).__name__)
+        env = env.env
+    return names
+
+
+def _copies(env: gym.Env, n: int) -> list[gym.Env]:
+    """``env`` and ``n - 1`` deep copies of it, wrappers included."""
+    import copy
+
+    try:
+        return [env, *(copy.deepcopy(env) for _ in range(n - 1))]
+    except Exception as error:  # noqa: BLE001 - any failure to copy means the same thing
+        raise ValueError(
+            f"cannot make {n} copies of the env you passed ({type(env).__name__}, wrapped by "
+            f"{user_wrappers(env)}): {error}. Pass n_envs=1, or pass an SB3 VecEnv / Gymnasium "
+            "VectorEnv built the way you want"
+        ) from error
+
+
+def scores_hidden_by_wrappers(vec_env: VecEnv) -> list[str]:
+    """The user's wrappers that the sub-envs' ``score_candidates`` would bypass.
+
+    A wrapper that changes rewards (``TransformReward``, ...) does not change what the
+    wrapped env's ``score_candidates`` returns, so scoring through it would silently drop
+    the wrapper; a wrapper that defines ``score_candidates`` itself is trusted."""
+    from stable_baselines3.common.monitor import Monitor
+
+    base = getattr(vec_env, "unwrapped", vec_env)
+    if not isinstance(base, DummyVecEnv):
+        return []
+    env, hiding = base.envs[0], []
+    while isinstance(env, gym.Wrapper):
+        if hasattr(type(env), "score_candidates"):
+            return hiding
+        if not isinstance(env, (*_MAKE_WRAPPERS, Monitor, RewardRangeCheck)):
+            hiding.append(type(env).__name__)
+        env = env.env
+    return hiding
+
+
+def _default_render_mode(spec: gym.envs.registration.EnvSpec) -> str | None:
+    """SB3's ``make_vec_env`` asks for ``rgb_array`` rendering; only when the env has it."""
+    creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+    modes = (getattr(creator, "metadata", {}) or {}).get("render_modes", [])
+    return "rgb_array" if "rgb_array" in modes else None
+
+
 def make_training_env(env: Any, n_envs: int | None, seed: int | None = None) -> VecEnv:
     """Turn an id, ``gym.Env``, Gymnasium ``VectorEnv`` or SB3 ``VecEnv`` into a ``VecEnv``.
 
-    * an id or a registered ``gym.Env`` with a native vector implementation: the native
-      vector env with ``n_envs`` sub-envs built from the spec (the given env instance
-      serves as the template: its id and kwargs);
-    * another id, or a registered ``gym.Env`` with ``n_envs > 1``: SB3's ``make_vec_env``
-      (``DummyVecEnv`` of ``Monitor``-wrapped copies);
+    * an id, or an unwrapped ``gym.make`` instance, of an env with a native vector
+      implementation: the native vector env with ``n_envs`` sub-envs built from the spec
+      (the instance serves as the template: its id and kwargs);
+    * another id, or such an instance with ``n_envs > 1``: SB3's ``make_vec_env``
+      (``DummyVecEnv`` of ``Monitor``-wrapped envs built from the spec);
+    * an instance with wrappers of its own (anything beyond what ``gym.make`` adds): a
+      ``DummyVecEnv`` of the instance and ``n_envs - 1`` deep copies of it, wrappers
+      included, so what the user built is what trains;
     * an unregistered ``gym.Env``: a one-env ``DummyVecEnv`` around it;
     * a Gymnasium ``VectorEnv`` (same-step autoreset) or an SB3 ``VecEnv``: used as is.
     """
@@ -168,11 +267,14 @@ def make_training_env(env: Any, n_envs: int | None, seed: int | None = None) -> 
     n = 1 if n_envs is None else int(n_envs)
     if n < 1:
         raise ValueError(f"n_envs must be >= 1; got {n_envs}")
-    if native_vector_entry(spec):
+    wrapped = instance is not None and bool(user_wrappers(instance))
+    if native_vector_entry(spec) and not wrapped:
         venv = gym.make_vec(spec.id, num_envs=n, vectorization_mode="vector_entry_point", **kwargs)
         return VecMonitor(GymnasiumVecEnv(venv))
-    if instance is not None and (spec is None or n == 1):
+    if instance is not None and (spec is None or n == 1 or wrapped):
         from stable_baselines3.common.monitor import Monitor
 
-        return DummyVecEnv([lambda: Monitor(instance)])
-    return make_vec_env(spec.id, n_envs=n, seed=seed, env_kwargs=kwargs)
+        envs = [instance] if spec is None else _copies(instance, n)  # unregistered: as given
+        return DummyVecEnv([lambda e=e: RewardRangeCheck(Monitor(e)) for e in envs])
+    kwargs.setdefault("render_mode", _default_render_mode(spec))
+    return make_vec_env(spec.id, n_envs=n, seed=seed, env_kwargs=kwargs, wrapper_class=RewardRangeCheck)
