@@ -533,3 +533,27 @@ def test_rollout_log_probs_are_frozen_with_the_reduction(tiny_path, reduction):
     assert (tokens[~batch.completion_mask] == 0).all() and (tokens[batch.completion_mask] < 0).all()
     expected = tokens.sum(-1) / (lengths if reduction == "mean" else 1)
     assert torch.allclose(batch.old_logp.flatten(), expected)
+
+
+def test_a_crash_while_saving_the_model_folder_keeps_the_previous_pair(tiny_path, tmp_path, monkeypatch):
+    model = TPO("CausalLMPolicy", coin_env(), batch_size=3, n_candidates=2, seed=0,
+                policy_kwargs={"model": tiny_path, "max_new_tokens": 4})
+    model.save(tmp_path / "agent")
+    folder = tmp_path / "agent_hf"
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    zip_before = (tmp_path / "agent.zip").read_bytes()
+    real = type(model.policy.model).save_pretrained
+
+    def dies_half_way(self, path, *args, **kwargs):
+        real(self, path, *args, **kwargs)
+        raise KeyboardInterrupt  # killed after part of the new folder was written
+
+    model.learn(6)
+    monkeypatch.setattr(type(model.policy.model), "save_pretrained", dies_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        model.save(tmp_path / "agent")
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+    assert (tmp_path / "agent.zip").read_bytes() == zip_before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agent.zip", "agent_hf"]
+    monkeypatch.setattr(type(model.policy.model), "save_pretrained", real)
+    TPO.load(tmp_path / "agent", env=coin_env())

@@ -104,3 +104,15 @@ def test_resume_into_an_env_that_cannot_take_the_state_warns_and_resets(tmp_path
     with pytest.warns(UserWarning, match="saved state cannot be restored"):
         loaded = TPO.load(tmp_path / "cp", env="CartPole-v1", force_reset=False)
     assert loaded._last_obs is None  # starts from a reset instead of a stale observation
+
+
+def test_checkpoint_callback_checkpoints_resume(tmp_path):
+    from stable_baselines3.common.callbacks import CheckpointCallback
+
+    model = TPO("MlpPolicy", "MultiContextBandit-v0", batch_size=8, seed=1)
+    model.learn(160, callback=CheckpointCallback(save_freq=10, save_path=str(tmp_path), name_prefix="tpo"))
+    saved = sorted(tmp_path.glob("tpo_*_steps.zip"))
+    assert saved and not list(tmp_path.glob(".*.tmp"))  # written through the atomic save
+    resumed = TPO.load(saved[-1], env="MultiContextBandit-v0", force_reset=False)
+    assert resumed.num_timesteps > 0 and resumed._last_obs is not None
+    resumed.learn(16, reset_num_timesteps=False)
