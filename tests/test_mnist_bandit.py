@@ -259,14 +259,12 @@ def test_missing_data_error_names_every_place(isolated, tmp_path, dataset):
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(FileNotFoundError) as exc:
-        load_image_classification(dataset, "train", data_dir=empty)
+        load_image_classification(dataset, "train")
     msg = str(exc.value)
     var = "TPO_MNIST_DIR" if dataset == "mnist" else "TPO_FASHION_MNIST_DIR"
     sub = "MNIST/raw" if dataset == "mnist" else "FashionMNIST/raw"
     home = str(isolated)
     for place in [
-        str(empty),
-        str(empty / sub),
         f"{home}/.cache/tpo/{dataset}",
         f"{home}/.keras/datasets",
         f"{home}/data/{dataset}",
@@ -283,6 +281,13 @@ def test_missing_data_error_names_every_place(isolated, tmp_path, dataset):
     if dataset == "fashion-mnist":
         assert "dataset-fashion-mnist" in msg
     # constructing the env gives the same error
+    with pytest.raises(FileNotFoundError, match="Searched"):
+        MNISTBanditEnv(dataset=dataset)
+    # an explicit data_dir is the only place searched (tests/test_data_errors.py)
+    with pytest.raises(FileNotFoundError) as exc:
+        load_image_classification(dataset, "train", data_dir=empty)
+    msg = str(exc.value)
+    assert str(empty) in msg and str(empty / sub) in msg and f"{home}/.cache" not in msg
     with pytest.raises(FileNotFoundError, match="Searched"):
         MNISTBanditEnv(dataset=dataset, data_dir=empty)
 

@@ -11,7 +11,11 @@ Three datasets, all with 10 classes:
   permutation (seed 0). Needs no files.
 
 Nothing is ever downloaded; a missing dataset raises :class:`FileNotFoundError` listing every
-folder searched and how to provide the files. There is no fallback from one dataset to another.
+folder searched and how to provide the files. There is no fallback from one dataset to another,
+nor from an explicit ``data_dir`` to the environment variables or the usual folders. Malformed
+files (a corrupt gzip stream, an empty split, a damaged ``.npz``) raise :class:`ValueError`
+naming the file and what was expected. :func:`image_classification_source` says where a split
+is read from.
 Loaded arrays are cached per (dataset, split, files) within the process and returned
 read-only, so many environments share one copy.
 """
@@ -20,6 +24,9 @@ from __future__ import annotations
 
 import gzip
 import os
+import pickle
+import zipfile
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,7 +37,9 @@ __all__ = [
     "SPLITS",
     "NUM_CLASSES",
     "read_idx",
+    "DIGITS_SOURCE",
     "find_image_classification_files",
+    "image_classification_source",
     "load_image_classification",
     "clear_cache",
 ]
@@ -75,6 +84,10 @@ _SYSTEM_DIRS = {
 _TORCHVISION_SUBDIR = {"mnist": "MNIST/raw", "fashion-mnist": "FashionMNIST/raw"}
 _KERAS_NPZ = {"mnist": "mnist.npz"}
 
+DIGITS_SOURCE = "sklearn.datasets.load_digits (bundled with scikit-learn)"
+"""What :func:`image_classification_source` (and ``MNISTBanditEnv.data_dir``) report for
+``"digits"``, which is read from scikit-learn rather than from files."""
+
 _DIGITS_SEED = 0
 _DIGITS_TRAIN_FRACTION = 0.8
 
@@ -114,8 +127,11 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     if raw[:2] == _GZIP_MAGIC:
         try:
             raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e:
-            raise ValueError(f"{path}: corrupt gzip stream ({e})") from e
+        except (OSError, EOFError, zlib.error) as e:  # BadGzipFile is an OSError
+            raise ValueError(
+                f"{path}: corrupt gzip stream ({e}); expected a gzip-compressed IDX file "
+                "(the file starts with the gzip magic bytes 1f 8b but does not decompress)"
+            ) from e
     if len(raw) < 4:
         raise ValueError(f"{path}: too short for an IDX header ({len(raw)} bytes, need >= 4)")
     if raw[0] != 0 or raw[1] != 0:
@@ -162,17 +178,41 @@ def _check_dataset_split(dataset: str, split: str) -> None:
         raise ValueError(f"unknown split {split!r}; valid options: {list(SPLITS)}")
 
 
+def _explicit_dir(dataset: str, data_dir: str | os.PathLike) -> Path:
+    """``data_dir`` as a folder that exists, else a :class:`FileNotFoundError` naming it."""
+    folder = Path(data_dir).expanduser()
+    note = (
+        f"an explicit data_dir is the only place searched for {dataset} (no fallback to "
+        f"${_ENV_VARS[dataset]} or the usual folders); pass data_dir=None to search those"
+    )
+    if not folder.exists():
+        raise FileNotFoundError(
+            f"data_dir {str(data_dir)!r} does not exist: expected a folder holding the "
+            f"{dataset} files; {note}"
+        )
+    if not folder.is_dir():
+        raise NotADirectoryError(
+            f"data_dir {str(data_dir)!r} is not a folder: expected a folder holding the "
+            f"{dataset} files; {note}"
+        )
+    return folder
+
+
 def _candidate_dirs(dataset: str, data_dir: str | os.PathLike | None) -> list[Path]:
-    """Every folder searched for ``dataset``, in order, without duplicates."""
-    bases: list[Path] = []
+    """Every folder searched for ``dataset``, in order, without duplicates.
+
+    An explicit ``data_dir`` is the only place searched (with its torchvision subfolder).
+    """
+    sub = _TORCHVISION_SUBDIR[dataset]
     if data_dir is not None:
-        bases.append(Path(data_dir).expanduser())
+        base = _explicit_dir(dataset, data_dir)
+        return [base, base / sub]
+    bases: list[Path] = []
     env_value = os.environ.get(_ENV_VARS[dataset])
     if env_value:
         bases.append(Path(env_value).expanduser())
     home = Path.home()
     bases.extend(home / rel for rel in _HOME_DIRS[dataset])
-    sub = _TORCHVISION_SUBDIR[dataset]
     folders: list[Path] = []
     for base in bases:
         folders += [base, base / sub]
@@ -210,13 +250,16 @@ def find_image_classification_files(
 ) -> tuple[Path, ...]:
     """Locate the files holding ``dataset``'s ``split`` (not for ``"digits"``, which is bundled).
 
-    Folders are searched in this order, and in each also the torchvision layout
-    ``<folder>/MNIST/raw`` (``FashionMNIST/raw`` for Fashion-MNIST):
+    With an explicit ``data_dir``, only that folder (and its torchvision layout
+    ``<data_dir>/MNIST/raw``, ``FashionMNIST/raw`` for Fashion-MNIST) is searched: it must
+    exist, and there is no fallback to the environment variable or the usual folders.
+    With ``data_dir=None``, folders are searched in this order, and in each also the
+    torchvision layout:
 
-    - ``mnist``: ``data_dir``, ``$TPO_MNIST_DIR``, ``~/.cache/tpo/mnist``,
+    - ``mnist``: ``$TPO_MNIST_DIR``, ``~/.cache/tpo/mnist``,
       ``~/.keras/datasets`` (also Keras' ``mnist.npz``), ``~/data/mnist``,
       ``~/data/MNIST/raw``, ``/usr/share/datasets/mnist``;
-    - ``fashion-mnist``: ``data_dir``, ``$TPO_FASHION_MNIST_DIR``,
+    - ``fashion-mnist``: ``$TPO_FASHION_MNIST_DIR``,
       ``~/.cache/tpo/fashion-mnist``, ``~/.keras/datasets/fashion-mnist``,
       ``~/data/fashion-mnist``, ``~/data/FashionMNIST/raw``,
       ``/usr/share/datasets/fashion-mnist``.
@@ -226,8 +269,9 @@ def find_image_classification_files(
 
     Raises:
         ValueError: unknown dataset or split, or ``dataset == "digits"``.
-        FileNotFoundError: no folder holds both files; the message lists every folder
-            searched and how to provide the files.
+        FileNotFoundError: ``data_dir`` does not exist, or no folder searched holds both
+            files; the message lists every folder searched and how to provide the files.
+        NotADirectoryError: ``data_dir`` is a file.
     """
     _check_dataset_split(dataset, split)
     if dataset == "digits":
@@ -245,14 +289,26 @@ def find_image_classification_files(
             return (folder / npz,)
     searched = "\n".join(f"  - {f}" for f in folders)
     var = _ENV_VARS[dataset]
-    env_note = f"${var}={os.environ[var]!r}" if os.environ.get(var) else f"${var} is not set"
+    if data_dir is not None:
+        env_note = f"only the explicit data_dir; ${var} and the usual folders are not searched"
+    elif os.environ.get(var):
+        env_note = f"${var}={os.environ[var]!r}"
+    else:
+        env_note = f"${var} is not set"
     wanted = f"{image_names[0]} and {label_names[0]} (optionally gzipped, .gz)"
     if dataset in _KERAS_NPZ:
         wanted += f", or Keras' {_KERAS_NPZ[dataset]}"
-    hint = (
-        f"Put them in one of these folders, pass data_dir=..., or set the environment "
-        f"variable {_ENV_VARS[dataset]} to their folder. Nothing is downloaded automatically."
-    )
+    if data_dir is not None:
+        hint = (
+            f"Put them in data_dir (or its {_TORCHVISION_SUBDIR[dataset]} subfolder), or pass "
+            f"data_dir=None to search ${var} and the usual folders. "
+            "Nothing is downloaded automatically."
+        )
+    else:
+        hint = (
+            f"Put them in one of these folders, pass data_dir=..., or set the environment "
+            f"variable {var} to their folder. Nothing is downloaded automatically."
+        )
     if dataset == "fashion-mnist":
         hint += (
             " On Debian/Ubuntu, `apt-get install dataset-fashion-mnist` installs them in "
@@ -278,6 +334,16 @@ def _validate(images: np.ndarray, labels: np.ndarray, source: str) -> None:
         raise ValueError(
             f"{source}: expected uint8 images of shape [n, h, w], got {images.dtype} {images.shape}"
         )
+    if images.shape[0] == 0:
+        raise ValueError(
+            f"{source}: holds 0 images (shape {images.shape}); expected at least one image, "
+            "uint8 of shape [n, h, w] with n >= 1"
+        )
+    if 0 in images.shape[1:]:
+        raise ValueError(
+            f"{source}: images of shape {images.shape} have no pixels; expected uint8 images "
+            "of shape [n, h, w] with h, w >= 1"
+        )
     if labels.ndim != 1 or labels.shape[0] != images.shape[0]:
         raise ValueError(f"{source}: {images.shape[0]} images but labels of shape {labels.shape}")
     if labels.size and (labels.min() < 0 or labels.max() >= NUM_CLASSES):
@@ -296,20 +362,49 @@ def _to_float(images: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.nd
     return x, y
 
 
+# What np.load and NpzFile raise on a damaged file: not a zip / pickle, truncated, bad member.
+_NPZ_ERRORS = (
+    ValueError,
+    OSError,
+    EOFError,
+    zipfile.BadZipFile,
+    pickle.UnpicklingError,
+    zlib.error,
+)
+
+
+def _read_npz(path: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """The images and labels of one split of Keras' ``mnist.npz``."""
+    key = "train" if split == "train" else "test"
+    expected = (
+        f"expected Keras' mnist.npz, a NumPy .npz (zip) archive holding arrays x_{key} "
+        f"(uint8 [n, 28, 28]) and y_{key} (uint8 [n])"
+    )
+    try:
+        z = np.load(path, allow_pickle=False)
+    except _NPZ_ERRORS as e:
+        raise ValueError(f"{path}: not a readable .npz archive ({e}); {expected}") from e
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path}: holds a single .npy array, not an .npz archive; {expected}")
+    with z:
+        missing = [name for name in (f"x_{key}", f"y_{key}") if name not in z.files]
+        if missing:
+            raise ValueError(f"{path}: no array {missing[0]} (found {z.files}); {expected}")
+        try:
+            return z[f"x_{key}"], z[f"y_{key}"]
+        except _NPZ_ERRORS as e:
+            raise ValueError(f"{path}: damaged array in the .npz archive ({e}); {expected}") from e
+
+
 def _load_files(files: tuple[Path, ...], split: str) -> tuple[np.ndarray, np.ndarray]:
     if len(files) == 1:  # Keras' mnist.npz
-        key = "train" if split == "train" else "test"
-        with np.load(files[0], allow_pickle=False) as z:
-            try:
-                images, labels = z[f"x_{key}"], z[f"y_{key}"]
-            except KeyError as e:
-                raise ValueError(
-                    f"{files[0]}: expected arrays x_{key} and y_{key}, found {list(z.keys())}"
-                ) from e
+        images, labels = _read_npz(files[0], split)
         source = str(files[0])
     else:
         images, labels = read_idx(files[0]), read_idx(files[1])
         source = f"{files[0]} / {files[1]}"
+        if images.ndim >= 2 and images.shape[0] == 0:
+            source = str(files[0])  # the empty file itself
     _validate(images, labels, source)
     return _to_float(images, labels)
 
@@ -332,6 +427,36 @@ def _load_digits(split: str) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
+def image_classification_source(
+    dataset: str, split: str, data_dir: str | os.PathLike | None = None
+) -> str:
+    """Where :func:`load_image_classification` reads ``dataset``'s ``split`` from.
+
+    Returns:
+        The absolute folder holding the two IDX files, the absolute path of Keras'
+        ``mnist.npz``, or :data:`DIGITS_SOURCE` for ``"digits"``.
+
+    Raises:
+        The errors of :func:`find_image_classification_files` (a missing dataset,
+        a ``data_dir`` that does not exist) and ``ValueError`` for a ``data_dir`` given
+        with ``"digits"``.
+    """
+    _check_dataset_split(dataset, split)
+    if dataset == "digits":
+        _check_digits_dir(data_dir)
+        return DIGITS_SOURCE
+    files = find_image_classification_files(dataset, split, data_dir)
+    return os.path.abspath(files[0] if len(files) == 1 else files[0].parent)
+
+
+def _check_digits_dir(data_dir: str | os.PathLike | None) -> None:
+    if data_dir is not None:
+        raise ValueError(
+            f"dataset 'digits' is bundled with scikit-learn; data_dir must be None, "
+            f"got {data_dir!r}"
+        )
+
+
 def load_image_classification(
     dataset: str, split: str, data_dir: str | os.PathLike | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -341,8 +466,9 @@ def load_image_classification(
         dataset: ``"mnist"``, ``"fashion-mnist"`` or ``"digits"``.
         split: ``"train"`` or ``"test"``. For digits: 1438 train / 359 test images from a
             fixed permutation (seed 0) of scikit-learn's 1797.
-        data_dir: a folder to search first (see :func:`find_image_classification_files` for
-            the full search order). Must be ``None`` for ``"digits"``.
+        data_dir: the folder holding the files, the only place then searched (it must
+            exist); ``None`` searches the environment variable and the usual folders (see
+            :func:`find_image_classification_files`). Must be ``None`` for ``"digits"``.
 
     Returns:
         ``(images, labels)``: read-only float32 ``[n, d]`` in [0, 1] (d = 784 for the 28x28
@@ -351,16 +477,14 @@ def load_image_classification(
 
     Raises:
         ValueError: unknown dataset or split (the message lists the valid options), a
-            ``data_dir`` given for ``"digits"``, or malformed files.
-        FileNotFoundError: the files are not in any searched folder (never downloaded).
+            ``data_dir`` given for ``"digits"``, or malformed files (a corrupt gzip stream,
+            a split with no images, a damaged ``.npz``); the message names the file.
+        FileNotFoundError: ``data_dir`` does not exist, or the files are not in any searched
+            folder (never downloaded).
     """
     _check_dataset_split(dataset, split)
     if dataset == "digits":
-        if data_dir is not None:
-            raise ValueError(
-                f"dataset 'digits' is bundled with scikit-learn; data_dir must be None, "
-                f"got {data_dir!r}"
-            )
+        _check_digits_dir(data_dir)
         key: tuple = (dataset, split, None)
         if key not in _CACHE:
             _CACHE[key] = _load_digits(split)

@@ -12,8 +12,9 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from tpo_gym.candidates import check_candidate_actions
-from tpo_gym.datasets import NUM_CLASSES, load_image_classification
+from tpo_gym.datasets import NUM_CLASSES, image_classification_source, load_image_classification
 from tpo_gym.rng import CounterStreams
+from tpo_gym.snapshot import StateSnapshot
 from tpo_gym.validation import (
     check_action_batch,
     check_index_option,
@@ -37,11 +38,14 @@ class MNISTResetNeeded(gym.error.ResetNeeded, ValueError):
 
 def _load_split(env: Any, dataset: str, split: str, data_dir: Any) -> spaces.Box:
     """Load the split onto ``env`` (``dataset``, ``split``, ``data_dir``, ``num_images``,
-    ``image_dim`` and the images and labels); returns the observation space of one image."""
+    ``image_dim`` and the images and labels); returns the observation space of one image.
+
+    ``env.data_dir`` is where the data was really read from (see
+    :func:`tpo_gym.datasets.image_classification_source`), not the argument."""
     env.dataset = dataset
     env.split = split
-    env.data_dir = data_dir
     env._images, env._labels = load_image_classification(dataset, split, data_dir)
+    env.data_dir = image_classification_source(dataset, split, data_dir)
     env.num_images, env.image_dim = env._images.shape
     return spaces.Box(0.0, 1.0, (env.image_dim,), np.float32)
 
@@ -103,11 +107,19 @@ class MNISTBanditEnv(gym.Env):
     - ``dataset``: ``"mnist"``, ``"fashion-mnist"`` or ``"digits"`` (scikit-learn's 8x8
       digits, needs no files). Files are never downloaded; see
       :func:`tpo_gym.datasets.find_image_classification_files` for where they are looked up
-      (``data_dir``, ``$TPO_MNIST_DIR`` / ``$TPO_FASHION_MNIST_DIR``, usual cache folders).
+      (``$TPO_MNIST_DIR`` / ``$TPO_FASHION_MNIST_DIR``, usual cache folders).
     - ``split``: ``"train"`` or ``"test"``; evaluate on ``split="test"``, or take the whole
       split at once with :meth:`dataset_arrays`.
-    - ``data_dir``: a folder searched first for the dataset files.
+    - ``data_dir``: the folder holding the dataset files (or a torchvision root). When given,
+      it is the only place searched and must exist; ``None`` searches the environment
+      variable and the usual folders.
     - ``render_mode``: ``None`` or ``"rgb_array"`` (the current image as ``[h, w, 3]`` uint8).
+
+    ## Attributes
+    ``data_dir`` (str) is where the split was read from: the absolute folder of the IDX
+    files, the absolute path of Keras' ``mnist.npz``, or
+    :data:`tpo_gym.datasets.DIGITS_SOURCE` for ``"digits"``. ``dataset``, ``split``,
+    ``num_images`` and ``image_dim`` describe the split.
 
     ## Version History
     - v0: initial version.
@@ -200,7 +212,7 @@ class MNISTBanditEnv(gym.Env):
         return _to_rgb(self._images[self._index])
 
 
-class MNISTBanditVectorEnv(VectorEnv):
+class MNISTBanditVectorEnv(StateSnapshot, VectorEnv):
     """``num_envs`` independent :class:`MNISTBanditEnv` in one numpy batch.
 
     Built by ``gym.make_vec("MNISTBandit-v0", num_envs=n, dataset=..., split=...)``.
@@ -216,8 +228,11 @@ class MNISTBanditVectorEnv(VectorEnv):
     every step. ``reset(options={"index": idx})`` shows images ``idx`` (int or ``[n]``).
 
     ``score_candidates(actions [n, K]) -> float64 [n, K]`` scores candidate classes for the
-    current images; ``dataset_arrays()`` returns the whole split for evaluation.
+    current images; ``dataset_arrays()`` returns the whole split for evaluation;
+    ``data_dir`` is where the split was read from, as on :class:`MNISTBanditEnv`.
     """
+
+    _shared_state = ("_images", "_labels")  # the dataset split: data, not state
 
     metadata = {
         "render_modes": ["rgb_array"],

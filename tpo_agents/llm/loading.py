@@ -3,7 +3,11 @@
 * :func:`load_causal_lm`: a model object (used as is) or a local folder written by
   ``save_pretrained`` (a full model, or a ``peft`` adapter folder whose base model is
   found through its ``adapter_config.json``), or a model id already in the local Hugging
-  Face cache. Nothing is downloaded (``local_files_only=True``).
+  Face cache. Nothing is downloaded, and no network request is made: a model id is looked
+  up in the local cache first (``huggingface_hub.try_to_load_from_cache``) and loaded from
+  its snapshot folder, so an id that is not cached fails at once, whatever
+  ``HF_HUB_OFFLINE`` says (``from_pretrained(id, local_files_only=True)`` alone still
+  retries network requests for ~25 s when offline without ``HF_HUB_OFFLINE=1``).
 * :func:`load_tokenizer`, :func:`apply_lora`, :func:`resolve_dtype`.
 * :func:`save_causal_lm`: ``save_pretrained`` of the model (or adapter) and tokenizer; an
   adapter whose base model is not a local folder gets its base weights saved next to it.
@@ -52,18 +56,71 @@ def is_peft_model(model: Any) -> bool:
     return isinstance(model, PeftModel)
 
 
-def _from_pretrained(source: str, dtype: torch.dtype):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=True)
-
-
 def _missing(source: Any, what: str = "model") -> ValueError:
     return ValueError(
         f"{what} {str(source)!r} does not exist: expected a local folder written by "
         "save_pretrained (or a model id already in the local Hugging Face cache); "
         "CausalLMPolicy never downloads"
     )
+
+
+def _not_cached(source: str, what: str) -> ValueError:
+    from huggingface_hub import constants
+
+    return ValueError(
+        f"{what} {source!r} is not available locally: there is no folder of that name and it "
+        f"is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}); CausalLMPolicy "
+        "never downloads. Pass the path of a local folder written by save_pretrained, or put "
+        "the model in the cache once on a machine with network access (HF_HUB_OFFLINE unset "
+        f'or HF_HUB_OFFLINE=0), e.g. `hf download {source}`, or `python -c "import '
+        f"transformers as t; t.AutoModelForCausalLM.from_pretrained('{source}'); "
+        f"t.AutoTokenizer.from_pretrained('{source}')\"`"
+    )
+
+
+def _local_folder(
+    source: str | Path, what: str = "model", markers: tuple[str, ...] = ("config.json",)
+) -> str:
+    """A local folder holding ``source``: the folder itself, or the snapshot folder of a
+    model id in the local Hugging Face cache (found by the first of ``markers`` cached).
+    Makes no network request.
+
+    Raises:
+        ValueError: ``source`` is neither a folder nor a valid model id (``_missing``), or a
+            model id that is not in the local cache (``_not_cached``).
+    """
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return str(path)
+    from huggingface_hub import try_to_load_from_cache
+
+    source = str(source)
+    for marker in markers:
+        try:
+            cached = try_to_load_from_cache(source, marker)
+        except ValueError as err:  # HFValidationError: not a valid repo id (a missing path)
+            raise _missing(source, what) from err
+        if isinstance(cached, str):  # else None (not cached) or _CACHED_NO_EXIST
+            return str(Path(cached).parent)
+    raise _not_cached(source, what)
+
+
+def _from_pretrained(source: str, dtype: torch.dtype, what: str = "model"):
+    folder = _local_folder(source, what)  # before importing transformers: fails fast
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True)
+    except (OSError, ValueError) as err:
+        if Path(source).expanduser().is_dir():
+            if what == "model":
+                raise
+            raise _missing(source, what) from err
+        raise ValueError(
+            f"{what} {source!r} is in the local Hugging Face cache ({folder}) but could not be "
+            f"loaded from it ({err}); the cached snapshot may be incomplete: download it again "
+            "with network access, or pass a local folder written by save_pretrained"
+        ) from err
 
 
 def _adapter_base(adapter_dir: Path) -> tuple[str, bool]:
@@ -103,10 +160,7 @@ def load_causal_lm(model: Any, dtype: Any = None) -> tuple[Any, str | None, str 
             from peft import PeftModel
 
             base, inside = _adapter_base(path)
-            try:
-                base_model = _from_pretrained(base, dtype)
-            except OSError as err:
-                raise _missing(base, f"base model of adapter {str(path)!r}") from err
+            base_model = _from_pretrained(base, dtype, f"base model of adapter {str(path)!r}")
             return (
                 PeftModel.from_pretrained(base_model, str(path), is_trainable=True),
                 str(path),
@@ -117,10 +171,7 @@ def load_causal_lm(model: Any, dtype: Any = None) -> tuple[Any, str | None, str 
         raise ValueError(
             f"model path {str(model)!r} is a file; expected a folder written by save_pretrained"
         )
-    try:
-        return _from_pretrained(str(model), dtype), str(model), str(model)
-    except (OSError, ValueError) as err:
-        raise _missing(model) from err
+    return _from_pretrained(str(model), dtype), str(model), str(model)
 
 
 def load_tokenizer(tokenizer: Any, model_source: str | None, model: Any):
@@ -146,8 +197,11 @@ def load_tokenizer(tokenizer: Any, model_source: str | None, model: Any):
             source = _adapter_base(Path(source))[0]
         tokenizer = source
     if isinstance(tokenizer, str | Path):
+        folder = _local_folder(
+            tokenizer, "tokenizer", ("tokenizer_config.json", "tokenizer.json", "config.json")
+        )
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer), local_files_only=True)
+            tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         except (OSError, ValueError) as err:
             raise _missing(tokenizer, "tokenizer") from err
     tokenizer.padding_side = "left"

@@ -27,8 +27,17 @@ _SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
 
 def _read_jsonl(path: Path) -> list[Any]:
     records = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:  # a UTF-8 byte-order mark at the start is accepted
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"{path}: line {lineno} is not UTF-8 text ({err.reason}: byte "
+                    f"0x{raw[err.start]:02x} at column {err.start + 1}); expected GSM8K as "
+                    'UTF-8 JSON lines (one {"question", "answer"} object per line); '
+                    "re-encode the file as UTF-8"
+                ) from None
             if not line.strip():
                 continue
             try:
@@ -46,7 +55,14 @@ def _read_parquet(path: Path) -> list[Any]:
             f"reading {path} needs pyarrow: pip install pyarrow (or pip install 'tpo[llm]'), "
             "or convert the file to JSONL"
         ) from err
-    return pq.read_table(path).to_pylist()
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+        raise ValueError(
+            f"{path}: not a readable parquet file ({err}); expected GSM8K as a parquet table "
+            "with str columns question and answer"
+        ) from err
+    return table.to_pylist()
 
 
 def load_gsm8k_records(path: str | Path) -> list[dict[str, str]]:
@@ -54,8 +70,10 @@ def load_gsm8k_records(path: str | Path) -> list[dict[str, str]]:
 
     Raises:
         FileNotFoundError: ``path`` does not exist (nothing is downloaded).
-        ValueError: an unsupported suffix, an empty file, or a record without a str
-            ``question``/``answer`` or without the ``#### <number>`` final answer.
+        ValueError: an unsupported suffix, an empty file, a JSONL file that is not UTF-8
+            or not JSON, an unreadable parquet file, or a record without a str
+            ``question``/``answer`` or without the ``#### <number>`` final answer; the
+            message names the file.
     """
     path = Path(path)
     if not path.is_file():
