@@ -116,3 +116,18 @@ def test_checkpoint_callback_checkpoints_resume(tmp_path):
     resumed = TPO.load(saved[-1], env="MultiContextBandit-v0", force_reset=False)
     assert resumed.num_timesteps > 0 and resumed._last_obs is not None
     resumed.learn(16, reset_num_timesteps=False)
+
+
+def test_an_mnist_env_snapshot_leaves_out_the_dataset_and_round_trips():
+    env = gym.make_vec("MNISTBandit-v0", num_envs=3, vectorization_mode="vector_entry_point", dataset="digits")
+    env.reset(seed=0)
+    state = env.unwrapped.get_state()
+    assert "_images" not in state["attributes"] and "_labels" not in state["attributes"]
+    first = env.step(np.zeros(3, dtype=np.int64))[0]
+    after = env.step(np.zeros(3, dtype=np.int64))[0]
+    env.unwrapped.set_state(state)
+    assert np.array_equal(env.step(np.zeros(3, dtype=np.int64))[0], first)
+    assert np.array_equal(env.step(np.zeros(3, dtype=np.int64))[0], after)
+    other = gym.make_vec("MNISTBandit-v0", num_envs=2, vectorization_mode="vector_entry_point", dataset="digits")
+    with pytest.raises(ValueError, match="num_envs=3; this env has num_envs=2"):
+        other.unwrapped.set_state(state)

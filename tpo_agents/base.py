@@ -416,6 +416,7 @@ class GroupedAlgorithm(BaseAlgorithm):
             frozen = self.prepare(batch)
         losses, grad_norms = [], []
         params = [p for p in self.policy.parameters() if p.requires_grad]
+        backup = [torch.empty_like(p) for p in params]  # guarded_step's copy of the weights
         self._params_moved = False
         for _ in range(self.n_epochs):
             logp = self.current_log_probs(batch)
@@ -428,7 +429,7 @@ class GroupedAlgorithm(BaseAlgorithm):
                 )
             self.policy.optimizer.zero_grad()
             loss.backward()
-            grad_norms.append(guarded_step(self.policy.optimizer, params, self.max_grad_norm, self._where()))
+            grad_norms.append(guarded_step(self.policy.optimizer, params, self.max_grad_norm, self._where(), backup))
             losses.append(loss.item())
             self._params_moved = True
         self._n_updates += len(losses)
@@ -519,13 +520,18 @@ def _restore_env_state(vec_env: VecEnv, state: dict | None) -> bool:
 
 
 def guarded_step(
-    optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], max_grad_norm: float | None, where: str
+    optimizer: torch.optim.Optimizer,
+    params: list[torch.nn.Parameter],
+    max_grad_norm: float | None,
+    where: str,
+    backup: list[torch.Tensor] | None = None,
 ) -> float:
     """Clip (when ``max_grad_norm``) and take one optimizer step; returns the gradient norm.
 
     A non-finite gradient norm raises before the step; a step that leaves a parameter
     non-finite is undone (parameters and optimizer state restored) and raises. Either way
-    the model stays as it was before the step.
+    the model stays as it was before the step. ``backup`` (tensors shaped like ``params``)
+    saves allocating the copy every step.
     """
     grads = [p.grad for p in params if p.grad is not None]
     norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
@@ -537,13 +543,19 @@ def guarded_step(
         )
     if max_grad_norm is not None:
         torch.nn.utils.clip_grads_with_norm_(params, max_grad_norm, norm)
-    before = [p.detach().clone() for p in params]
+    with torch.no_grad():
+        before = backup if backup is not None else [torch.empty_like(p) for p in params]
+        torch._foreach_copy_(before, [p.detach() for p in params])
     state = copy.deepcopy(optimizer.state_dict())
     optimizer.step()
-    if not all(bool(torch.isfinite(p).all()) for p in params):
+    # One fused norm per step; an inf norm of finite (huge) weights is confirmed exactly.
+    with torch.no_grad():
+        finite = bool(torch.isfinite(torch.stack(torch._foreach_norm(params))).all()) or all(
+            bool(torch.isfinite(p).all()) for p in params
+        )
+    if not finite:
         with torch.no_grad():
-            for p, old in zip(params, before):
-                p.copy_(old)
+            torch._foreach_copy_([p.detach() for p in params], before)
         optimizer.load_state_dict(state)
         lrs = sorted({g.get("lr") for g in optimizer.param_groups}, key=str)
         raise FloatingPointError(

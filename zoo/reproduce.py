@@ -224,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     mnist.add_argument(
         "--eval-every", type=positive_int, default=200, help="updates between test-error evaluations"
     )
-    mnist.add_argument("--data-dir", type=Path, default=None, help="folder searched first for the dataset files")
+    mnist.add_argument("--data-dir", type=Path, default=None, help="the folder holding the dataset files (the only place searched when given)")
     token = parser.add_argument_group("token reversal (token-vocab, token-variations, terminal, sweeps)")
     token.add_argument(
         "--episodes", dest="steps", type=positive_int, default=None,
