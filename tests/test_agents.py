@@ -17,7 +17,7 @@ from stable_baselines3.common.logger import configure
 
 import tpo_gym  # noqa: F401  (registers the ids)
 from tpo_agents import DG, GRPO, PG, TPO, GroupPG, MlpPolicy
-from tpo_agents.vec_env import GymnasiumVecEnv
+from tpo_agents.rollout import GymnasiumVecEnv
 
 
 @pytest.fixture(autouse=True)

@@ -138,7 +138,7 @@ def test_score_candidates_of_the_wrong_shape_is_named():
     class BadScores(gym.vector.VectorEnv):
         pass
 
-    from tpo_agents.sampling import vec_score_candidates
+    from tpo_agents.rollout import score_candidates as vec_score_candidates
 
     class Env:
         def score_candidates(self, actions):

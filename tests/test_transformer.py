@@ -10,9 +10,9 @@ from stable_baselines3 import PPO
 
 import tpo_gym  # noqa: F401
 from tpo_agents import DG, GRPO, PG, TPO, CriticFreePPO
-from tpo_agents.groups import SequenceGroupBatch
 from tpo_agents.optim import MuonAdamW
 from tpo_agents.policies import TransformerActorCriticPolicy, TransformerPolicy
+from tpo_agents.rollout import SequenceGroupBatch
 
 
 @pytest.fixture(autouse=True)

@@ -2,14 +2,13 @@
 
 Every agent (TPO, GRPO, DG, PG and the ablations) is this loop with a different
 objective: collect ``batch_size`` groups (contexts) with a collector from
-:mod:`tpo_agents.sampling`, freeze their rollout-time log-probs, then take ``n_epochs``
+:mod:`tpo_agents.rollout`, freeze their rollout-time log-probs, then take ``n_epochs``
 gradient steps on the whole batch. One iteration = one rollout + its epochs.
 """
 
 from __future__ import annotations
 
 import copy
-import math
 import os
 import pathlib
 import sys
@@ -17,7 +16,6 @@ import time
 import warnings
 from typing import Any, ClassVar, TypeVar
 
-import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -29,12 +27,28 @@ from stable_baselines3.common.utils import check_for_correct_spaces, safe_mean
 from stable_baselines3.common.vec_env import VecEnv, unwrap_vec_normalize
 
 from tpo_agents.atomic import atomic_path
-from tpo_agents.groups import LOGP_REDUCTIONS, GroupBatch
+from tpo_agents.checks import (
+    check_device,
+    check_learning_rate,
+    int_at_least,
+    real_number,
+    timesteps,
+)
 from tpo_agents.policies.causal_lm import CausalLMPolicy
 from tpo_agents.policies.mlp import MlpPolicy
 from tpo_agents.policies.transformer import TransformerPolicy
-from tpo_agents.sampling import GROUP_MODES, collector_for
-from tpo_agents.vec_env import make_training_env, scores_hidden_by_wrappers, user_wrappers
+from tpo_agents.rollout import (
+    GROUP_MODES,
+    LOGP_REDUCTIONS,
+    EnvFacts,
+    GroupBatch,
+    OnStep,
+    RolloutContext,
+    build_training_env,
+    check_can_score,
+    collector_for,
+    make_training_env,
+)
 
 SelfGrouped = TypeVar("SelfGrouped", bound="GroupedAlgorithm")
 
@@ -54,7 +68,7 @@ class GroupedAlgorithm(BaseAlgorithm):
     :param n_envs: sub-envs when the env is built here (default: ``batch_size`` for
         native vector envs, ``n_candidates`` otherwise).
     :param group_mode: ``"auto"`` or one of ``all_actions``, ``per_state``,
-        ``sequence``, ``single`` (see :mod:`tpo_agents.sampling`).
+        ``sequence``, ``single`` (see :mod:`tpo_agents.rollout`).
     :param logp_reduction: ``"sum"`` (the paper) or ``"mean"`` of a sequence candidate's
         step log-probs.
     :param max_grad_norm: clip the gradient norm (None: no clipping; the norm is logged).
@@ -92,16 +106,16 @@ class GroupedAlgorithm(BaseAlgorithm):
         device: torch.device | str = "auto",
         _init_setup_model: bool = True,
     ):
-        _check_learning_rate(learning_rate)
-        _check_device(device)
+        check_learning_rate(learning_rate)
+        check_device(device)
         if n_envs is not None:
-            n_envs = _int_at_least("n_envs", n_envs, 1)
-        stats_window_size = _int_at_least("stats_window_size", stats_window_size, 1)
+            n_envs = int_at_least("n_envs", n_envs, 1)
+        stats_window_size = int_at_least("stats_window_size", stats_window_size, 1)
         if seed is not None:
-            seed = _int_at_least("seed", seed, 0)  # numpy integers are welcome
-        self.n_candidates = _int_at_least("n_candidates", n_candidates, 2)
-        self.batch_size = _int_at_least("batch_size", batch_size, 1)
-        self.n_epochs = _int_at_least("n_epochs", self.default_n_epochs if n_epochs is None else n_epochs, 1)
+            seed = int_at_least("seed", seed, 0)  # numpy integers are welcome
+        self.n_candidates = int_at_least("n_candidates", n_candidates, 2)
+        self.batch_size = int_at_least("batch_size", batch_size, 1)
+        self.n_epochs = int_at_least("n_epochs", self.default_n_epochs if n_epochs is None else n_epochs, 1)
         if group_mode != "auto" and group_mode not in GROUP_MODES:
             raise ValueError(f"group_mode must be 'auto' or one of {GROUP_MODES}; got {group_mode!r}")
         if logp_reduction not in LOGP_REDUCTIONS:
@@ -144,62 +158,19 @@ class GroupedAlgorithm(BaseAlgorithm):
 
     # ------------------------------------------------------------------ setup
     def _build_env(self, env: Any, n_envs: int | None, seed: int | None) -> VecEnv:
-        """The training VecEnv. Native vector envs get ``batch_size`` sub-envs, or
-        ``batch_size * n_candidates`` when groups are K rollouts per prompt, so one
-        pass of the vector env gathers a whole batch. Language-model policies get a
-        :class:`~tpo_agents.llm.vec_env.PromptVecEnv` of ``batch_size`` prompt envs."""
-        if self._language_model:
-            from tpo_agents.llm.vec_env import make_prompt_vec_env
-
-            return make_prompt_vec_env(env, n_envs or self.batch_size, seed)
-        native = _has_native_vector(env)
-        if isinstance(env, VecEnv):
-            self._check_env(env)
-            return env
-        if isinstance(env, str) and not native:
-            # SB3's DummyVecEnv cannot even hold some spaces (Text): look at one env first.
-            probe = gym.make(env)
-            try:
-                self._check_observations(probe.observation_space, probe.spec.id)
-            finally:
-                probe.close()
-        elif isinstance(env, gym.Env):
-            self._check_observations(env.observation_space, env.spec.id if env.spec else type(env.unwrapped).__name__)
-        vec = make_training_env(env, n_envs or (self.batch_size if native else self.n_candidates), seed)
-        self._check_env(vec, env)
-        if native and n_envs is None and self._group_mode_of(vec) == "sequence":
-            vec.close()
-            vec = make_training_env(env, self.batch_size * self.n_candidates, seed)
+        """The training VecEnv, with the group mode chosen once from the env's facts
+        (:func:`tpo_agents.rollout.build_training_env`)."""
+        vec, self._group_mode = build_training_env(
+            env,
+            algo=type(self).__name__,
+            policy=self.policy_class,
+            choose_mode=self._choose_group_mode,
+            n_envs=n_envs,
+            batch_size=self.batch_size,
+            n_candidates=self.n_candidates,
+            seed=seed,
+        )
         return vec
-
-    def _check_observations(self, space: spaces.Space, env_name: str) -> None:
-        if isinstance(space, spaces.Text):
-            raise ValueError(
-                f"{getattr(self.policy_class, '__name__', 'this policy')} cannot read the Text "
-                f"observations of {env_name} (a prompt env for language models); use CausalLMPolicy"
-            )
-
-    def _check_env(self, vec: VecEnv, given: Any = None) -> None:
-        """Refuse, with the reason, an env this agent and policy cannot train on."""
-        algo = type(self).__name__
-        _check_action_space(algo, vec.action_space)
-        policy = self.policy_class
-        policy_name = getattr(policy, "__name__", "this policy")
-        self._check_observations(vec.observation_space, _env_name(vec))
-        if getattr(policy, "autoregressive", False):
-            if isinstance(given, gym.Env) and user_wrappers(given):
-                raise ValueError(
-                    f"{policy_name} trains on the native vector token env; your wrappers "
-                    f"{user_wrappers(given)} around {_env_name(vec)} would be dropped. Pass the env "
-                    "id (or an unwrapped gym.make(...) instance), or an SB3 VecEnv you built"
-                )
-            try:
-                vec.get_attr("prompt_length", indices=[0])
-            except AttributeError:
-                raise ValueError(
-                    f"{policy_name} needs a prompt-then-generate token env with a prompt_length "
-                    f"attribute (e.g. TokenReversal-*); {_env_name(vec)} has none"
-                ) from None
 
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
@@ -212,7 +183,6 @@ class GroupedAlgorithm(BaseAlgorithm):
         self.policy = self.policy.to(self.device)
         self._np_rng = np.random.default_rng(self.seed)
         self._episode_in_progress = np.zeros(self.n_envs, dtype=bool)
-        self._resolved_group_mode = None
         self._params_moved = False
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
@@ -261,7 +231,7 @@ class GroupedAlgorithm(BaseAlgorithm):
         return state
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_batch", "_resolved_group_mode", "_np_rng"]
+        return [*super()._excluded_save_params(), "_batch", "_group_mode", "_np_rng"]
 
     @classmethod
     def load(
@@ -282,7 +252,7 @@ class GroupedAlgorithm(BaseAlgorithm):
         """
         from tpo_agents.llm.saving import load_kwargs
 
-        _check_device(device)
+        check_device(device)
         model = super().load(path, env=None, device=device, **load_kwargs(path, kwargs))
         saved_by = model.__dict__.get("_saved_by")
         if saved_by is not None and saved_by != cls.__name__:
@@ -319,24 +289,23 @@ class GroupedAlgorithm(BaseAlgorithm):
         if not keep:
             self._last_obs = None
             self._episode_in_progress = np.zeros(self.n_envs, dtype=bool)
-        self._resolved_group_mode = None
 
     # ----------------------------------------------------------- group modes
     def default_group_mode(self, hint: str | None, can_score: bool) -> str:
-        """The collection mode for an env; subclasses choose (see sampling)."""
+        """The collection mode for an env; subclasses choose (see :mod:`tpo_agents.rollout`)."""
         raise NotImplementedError
 
-    def resolve_group_mode(self) -> str:
-        """``group_mode``, or the subclass default for this env when it is ``"auto"``."""
-        return self._group_mode_of(self.env)
-
-    def _group_mode_of(self, vec_env: VecEnv) -> str:
+    def _choose_group_mode(self, facts: EnvFacts) -> str:
         if self.group_mode == "per_state":
-            _check_can_score(vec_env)
+            check_can_score(facts)
         if self.group_mode != "auto":
             return self.group_mode
-        metadata = vec_env.get_attr("metadata", indices=[0])[0] or {}
-        return self.default_group_mode(metadata.get("tpo_group_mode"), _can_score(vec_env))
+        return self.default_group_mode(facts.hint, facts.can_score)
+
+    def resolve_group_mode(self) -> str:
+        """The group mode this agent collects with on its env (``group_mode``, or the
+        subclass default for the env when it is ``"auto"``), chosen when the env was set."""
+        return self._group_mode
 
     # ---------------------------------------------------------------- rollout
     def _check_finite_rewards(self, rewards: np.ndarray, where: str = "env.step") -> None:
@@ -348,24 +317,39 @@ class GroupedAlgorithm(BaseAlgorithm):
                 f"{self.num_timesteps + 1} (sub-env {int(bad[0])}); rewards must be finite numbers"
             )
 
-    def _after_env_step(self, callback: BaseCallback, new_obs, rewards, dones, infos, n_counted: int) -> bool:
-        """Bookkeeping after one vector step; returns False when a callback stops training."""
-        self._check_finite_rewards(rewards)
-        self.num_timesteps += n_counted
-        self._last_obs = new_obs
-        self._episode_in_progress = ~np.asarray(dones, dtype=bool)
-        self._update_info_buffer(infos, dones)
-        callback.update_locals(locals())
-        return bool(callback.on_step())
+    def _step_hook(self, callback: BaseCallback) -> OnStep:
+        """The bookkeeping after each vector step of a rollout, as the collectors call it."""
+
+        def on_step(new_obs, rewards, dones, infos, n_counted: int) -> bool:
+            self.num_timesteps += n_counted
+            self._last_obs = new_obs
+            if dones is not None:
+                self._episode_in_progress = ~np.asarray(dones, dtype=bool)
+            self._update_info_buffer(infos, dones)
+            callback.update_locals(locals())
+            return bool(callback.on_step())
+
+        return on_step
 
     def collect_rollouts(self, callback: BaseCallback) -> bool:
         """Collect one batch of groups into ``self._batch``; False if a callback stopped it."""
-        if self._resolved_group_mode is None:
-            self._resolved_group_mode = self.resolve_group_mode()
-        collector = collector_for(self, self._resolved_group_mode)
+        collector = collector_for(self.policy, self._group_mode)
+        ctx = RolloutContext(
+            env=self.env,
+            policy=self.policy,
+            n_candidates=self.n_candidates,
+            rng=self._np_rng,
+            last_obs=self._last_obs,
+            episode_in_progress=self._episode_in_progress,
+            on_step=self._step_hook(callback),
+            check_rewards=self._check_finite_rewards,
+            logp_reduction=self.logp_reduction,
+            start_time=self.start_time,
+        )
         self.policy.set_training_mode(False)
         callback.on_rollout_start()
-        batch = collector.collect(callback, self.batch_size)
+        batch = collector.collect(ctx, self.batch_size)
+        self._last_obs, self._episode_in_progress = ctx.last_obs, ctx.episode_in_progress
         if batch is None:
             return False
         self._batch = batch
@@ -455,8 +439,8 @@ class GroupedAlgorithm(BaseAlgorithm):
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfGrouped:
-        """Train for ``total_timesteps`` env steps (see :mod:`tpo_agents.sampling`)."""
-        total_timesteps = _timesteps(total_timesteps)
+        """Train for ``total_timesteps`` env steps (see :mod:`tpo_agents.rollout`)."""
+        total_timesteps = timesteps(total_timesteps)
         if self.env is None:
             raise ValueError(
                 f"this {type(self).__name__} has no env (it was loaded without one): pass env= "
@@ -564,107 +548,3 @@ def guarded_step(
             "optimizer state are as before it"
         )
     return float(norm)
-
-
-
-def _int_at_least(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
-    return int(value)
-
-
-def real_number(name: str, value: Any, *, above: float | None = None, at_least: float | None = None) -> float:
-    """``value`` as a finite float, else a ValueError naming it and the expected range.
-
-    Strings and bools are refused (``eta="1"`` is a typo, not a number)."""
-    expected = f" > {above:g}" if above is not None else f" >= {at_least:g}" if at_least is not None else ""
-    if isinstance(value, bool | str) or not isinstance(value, int | float | np.integer | np.floating):
-        raise ValueError(f"{name} must be a finite number{expected}; got {value!r} ({type(value).__name__})")
-    v = float(value)
-    if not math.isfinite(v) or (above is not None and not v > above) or (at_least is not None and not v >= at_least):
-        raise ValueError(f"{name} must be a finite number{expected}; got {value!r}")
-    return v
-
-
-def _timesteps(value: Any) -> int:
-    """``learn``'s budget: a non-negative whole number of env steps (``1e5`` is accepted)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise ValueError(f"total_timesteps must be a whole number of env steps >= 0; got {value!r}")
-    if not math.isfinite(float(value)) or float(value) != int(value) or value < 0:
-        raise ValueError(f"total_timesteps must be a whole number of env steps >= 0; got {value!r}")
-    return int(value)
-
-
-def _check_device(device: torch.device | str) -> None:
-    kind = torch.device(device).type if device != "auto" else "auto"
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
-            f"device={device!r} but CUDA is not available to this torch "
-            f"({torch.__version__}); use device='cpu' or 'auto'"
-        )
-    if kind == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device={device!r} but MPS is not available; use device='cpu' or 'auto'")
-
-
-def _check_learning_rate(learning_rate: Any) -> None:
-    value = learning_rate(1.0) if callable(learning_rate) else learning_rate
-    what = "learning_rate" if not callable(learning_rate) else "learning_rate(1.0) (the schedule's first value)"
-    real_number(what, value, at_least=0.0)
-
-
-def _check_action_space(algo: str, action_space: spaces.Space) -> None:
-    if not isinstance(action_space, spaces.Discrete):
-        raise ValueError(
-            f"{algo} supports Discrete action spaces only; got {action_space}. "
-            "(Continuous actions have no finite candidate set to form groups over.)"
-        )
-
-
-def _env_name(vec_env: VecEnv) -> str:
-    """The env's id when it was registered, else its class name."""
-    try:
-        spec = vec_env.get_attr("spec", indices=[0])[0]
-    except AttributeError:
-        spec = None
-    if spec is not None and getattr(spec, "id", None):
-        return str(spec.id)
-    base = getattr(vec_env, "unwrapped", vec_env)
-    inner = getattr(base, "venv", None) or (getattr(base, "envs", None) or [base])[0]
-    return type(getattr(inner, "unwrapped", inner)).__name__
-
-
-def _has_native_vector(env: Any) -> bool:
-    from tpo_agents.vec_env import native_vector_entry
-
-    if isinstance(env, str):
-        return native_vector_entry(gym.spec(env))
-    return isinstance(env, gym.Env) and native_vector_entry(env.spec)
-
-
-def _can_score(vec_env: VecEnv) -> bool:
-    """Whether candidates can be scored through the env's ``score_candidates`` (and not
-    past a wrapper of the user's, see :func:`~tpo_agents.vec_env.scores_hidden_by_wrappers`)."""
-    try:
-        vec_env.get_attr("score_candidates", indices=[0])
-    except AttributeError:
-        return False
-    return not scores_hidden_by_wrappers(vec_env)
-
-
-def _check_can_score(vec_env: VecEnv) -> None:
-    """``group_mode="per_state"`` needs candidate scores: say why there are none."""
-    if _can_score(vec_env):
-        return
-    name = _env_name(vec_env)
-    hiding = scores_hidden_by_wrappers(vec_env)
-    if hiding:
-        raise ValueError(
-            f"group_mode='per_state' scores K candidates with the env's score_candidates, which "
-            f"would bypass your wrappers {hiding}; use group_mode='sequence' (K rollouts through "
-            "the wrappers) or 'auto', or define score_candidates on the wrapper"
-        )
-    raise ValueError(
-        f"group_mode='per_state' needs an env that scores K candidates per state, "
-        f"score_candidates(actions [n_envs, K]) -> scores [n_envs, K] (tpo_gym.candidates); "
-        f"the env ({name}) has none: use group_mode='sequence' or 'auto'"
-    )

@@ -7,8 +7,9 @@ from typing import Any
 import torch
 
 from tpo_agents import objectives as obj
-from tpo_agents.base import GroupedAlgorithm, real_number
-from tpo_agents.groups import GroupBatch, SequenceGroupBatch
+from tpo_agents.base import GroupedAlgorithm
+from tpo_agents.checks import real_number
+from tpo_agents.rollout import GroupBatch, SequenceGroupBatch
 
 
 class GRPO(GroupedAlgorithm):

@@ -1,6 +1,7 @@
-"""Single-sample comparators: PG (REINFORCE), DG (Delightful PG) and critic-free PPO.
+"""PG (REINFORCE with a baseline): the base of the single-sample comparators.
 
-One sampled rollout per context. On token envs (one completion per prompt) the update is
+One sampled rollout per context (:mod:`tpo_agents.dg` and :mod:`tpo_agents.critic_free_ppo`
+change only the loss). On token envs (one completion per prompt) the update is
 per token, with the advantage of token t = its credit minus the batch mean of the credit
 at position t (the paper's critic-free baseline). The credit (``token_credit``) is the
 token's own reward where the env scores every state (bag and sequential rewards; the
@@ -17,8 +18,8 @@ from typing import Any, ClassVar
 import torch
 
 from tpo_agents import objectives as obj
-from tpo_agents.base import GroupedAlgorithm, real_number
-from tpo_agents.groups import GroupBatch, SequenceGroupBatch
+from tpo_agents.base import GroupedAlgorithm
+from tpo_agents.rollout import GroupBatch, SequenceGroupBatch
 
 BASELINES = ("batch_mean", "pi_squared", "none")
 TOKEN_CREDITS = ("auto", "reward", "reward_to_go")
@@ -116,43 +117,6 @@ class PG(GroupedAlgorithm):
 
     def compute_loss(self, batch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]) -> torch.Tensor:
         return obj.reinforce_loss(logp, frozen["advantages"])
-
-
-class DG(PG):
-    """Delightful Policy Gradient: REINFORCE gated by ``sigmoid(A * surprisal / dg_eta)``.
-
-    ``L = -mean(sigmoid(A * (-log pi) / dg_eta) * A * log pi)`` with the gate held fixed.
-    One epoch by default (the paper: it diverges with more).
-
-    :param dg_eta: gate temperature (> 0).
-    """
-
-    def __init__(self, policy, env, *args: Any, dg_eta: float = 1.0, **kwargs: Any):
-        self.dg_eta = real_number("dg_eta", dg_eta, above=0.0)
-        super().__init__(policy, env, *args, **kwargs)
-
-    def compute_loss(self, batch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]) -> torch.Tensor:
-        return obj.dg_loss(logp, frozen["advantages"], eta=self.dg_eta)
-
-
-class CriticFreePPO(PG):
-    """The paper's PPO on token tasks: clipped surrogate, no critic.
-
-    Advantage = reward-to-go minus its batch mean per position; ``L = ppo_clip(rho, A)``
-    with ``rho`` against the rollout snapshot; 4 epochs. (SB3's ``PPO`` with
-    :class:`~tpo_agents.policies.TransformerActorCriticPolicy` is the critic-based one.)
-
-    :param clip_range: PPO epsilon (0.2).
-    """
-
-    default_n_epochs: ClassVar[int] = 4
-
-    def __init__(self, policy, env, *args: Any, clip_range: float = 0.2, **kwargs: Any):
-        self.clip_range = real_number("clip_range", clip_range, above=0.0)
-        super().__init__(policy, env, *args, **kwargs)
-
-    def compute_loss(self, batch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]) -> torch.Tensor:
-        return obj.ppo_clip_loss(logp, frozen["old_logp"], frozen["advantages"], self.clip_range)
 
 
 def _scaled(learning_rate, factor: float):

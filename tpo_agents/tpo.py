@@ -7,8 +7,9 @@ from typing import Any
 import torch
 
 from tpo_agents import objectives as obj
-from tpo_agents.base import GroupedAlgorithm, real_number
-from tpo_agents.groups import GroupBatch
+from tpo_agents.base import GroupedAlgorithm
+from tpo_agents.checks import real_number
+from tpo_agents.rollout import GroupBatch
 
 
 class TPO(GroupedAlgorithm):
@@ -66,17 +67,3 @@ class TPO(GroupedAlgorithm):
             "kl_target_old": obj.kl_divergence(q, batch.old_logp, mask=batch.mask).mean().item(),
             "zero_variance_frac": obj.zero_variance_groups(batch.scores, mask=batch.mask).float().mean().item(),
         }
-
-
-class GroupPG(TPO):
-    """Group PG ablation: TPO's candidates and standardized scores, REINFORCE-weighted.
-
-    ``L = -mean_i u_i log pi(y_i)`` instead of the cross-entropy to the target.
-    """
-
-    def compute_loss(
-        self, batch: GroupBatch, logp: torch.Tensor, frozen: dict[str, torch.Tensor]
-    ) -> torch.Tensor | None:
-        if bool(frozen["zero_variance"].all()):  # u = 0 everywhere: no gradient, no step
-            return None
-        return obj.group_pg_loss(logp, frozen["u"], mask=batch.mask)

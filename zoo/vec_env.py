@@ -6,7 +6,7 @@ single envs in a Python loop. :class:`NativeVecEnv` takes the same thunks but bu
 env's registered native vector env instead (``gym.make_vec(id, num_envs=len(env_fns),
 vectorization_mode="vector_entry_point", **kwargs)``, every ``tpo_gym`` env has one), so
 one rollout step is one numpy call, exactly what the agents build for themselves
-(:func:`tpo_agents.vec_env.make_training_env`).
+(:func:`tpo_agents.rollout.make_training_env`).
 
 How it reads the thunks: it calls the first one (a ``Monitor``-wrapped ``gym.make``
 result) to learn the env id, its keyword arguments and the monitor file, closes it and
@@ -32,7 +32,7 @@ from stable_baselines3.common.monitor import Monitor, ResultsWriter
 from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvStepReturn
 
-from tpo_agents.vec_env import GymnasiumVecEnv, native_vector_entry
+from tpo_agents.rollout import GymnasiumVecEnv, native_vector_entry
 
 # Wrappers gym.make adds by itself; anything else cannot be rebuilt natively.
 _MAKE_WRAPPERS = (OrderEnforcing, PassiveEnvChecker, TimeLimit)

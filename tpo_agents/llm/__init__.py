@@ -5,6 +5,5 @@
 * :mod:`~tpo_agents.llm.loading`: offline loading/saving of models, tokenizers, LoRA adapters;
 * :mod:`~tpo_agents.llm.vec_env`: :class:`PromptVecEnv`, prompt envs as an SB3 ``VecEnv``;
 * :mod:`~tpo_agents.llm.batch`: sampled completions, :class:`LMGroupBatch`, micro-batching;
-* :mod:`~tpo_agents.llm.collect`: the collectors of :class:`~tpo_agents.policies.causal_lm.CausalLMPolicy`;
 * :mod:`~tpo_agents.llm.saving`: agent zip + Hugging Face model folder.
 """

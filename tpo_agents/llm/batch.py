@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from tpo_agents.groups import LOGP_REDUCTIONS, _TensorGroups
+from tpo_agents.rollout.batches import LOGP_REDUCTIONS, TensorGroups
 
 __all__ = ["Completions", "LMGroupBatch", "pad_left", "pad_right", "rowwise_with_recompute"]
 
@@ -68,7 +68,7 @@ class Completions:
 
 
 @dataclass
-class LMGroupBatch(_TensorGroups):
+class LMGroupBatch(TensorGroups):
     """G prompts x K sampled completions (rows ``g * K + k``) of a language-model policy.
 
     :param prompt_ids, prompt_mask, completion_ids, completion_mask: as in :class:`Completions`.
@@ -115,12 +115,6 @@ class LMGroupBatch(_TensorGroups):
             mask=torch.ones(G, K, dtype=torch.bool),
             old_logp=torch.zeros(G, K),
             logp_reduction=logp_reduction,
-        )
-
-    def to(self, device: torch.device) -> LMGroupBatch:
-        fields = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        return LMGroupBatch(
-            **{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in fields.items()}
         )
 
     def token_log_probs(self, policy) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """Policies for the grouped agents: every policy maps observations to action logits."""
 
-from tpo_agents.policies.mlp import CategoricalPolicy, MlpPolicy
+from tpo_agents.policies.base import CategoricalPolicy
+from tpo_agents.policies.mlp import MlpPolicy
 from tpo_agents.policies.transformer import (
     CausalTransformer,
     TransformerActorCriticPolicy,

@@ -6,45 +6,15 @@ from typing import Any
 
 import torch
 from gymnasium import spaces
-from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.torch_layers import (
     BaseFeaturesExtractor,
     FlattenExtractor,
     create_mlp,
 )
-from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
+from stable_baselines3.common.type_aliases import Schedule
 from torch import nn
 
-
-class CategoricalPolicy(BasePolicy):
-    """Base of the policies the grouped agents train: ``action_logits(obs) -> [N, A]``.
-
-    Subclasses build ``self.action_net`` (features -> logits). Sampling, greedy
-    prediction and log-probabilities are shared. The optimizer lives in
-    ``self.optimizer`` (SB3's convention, so it is saved with the model).
-    """
-
-    def action_logits(self, obs: PyTorchObs) -> torch.Tensor:
-        """Unnormalised log-probabilities of every action, shape ``[N, n_actions]``."""
-        features = self.extract_features(obs, self.features_extractor)
-        return self.action_net(features)
-
-    def action_log_probs(self, obs: PyTorchObs) -> torch.Tensor:
-        """``log pi(a | obs)`` for every action, shape ``[N, n_actions]``."""
-        return torch.log_softmax(self.action_logits(obs), dim=-1)
-
-    def sample(self, log_probs: torch.Tensor, n: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
-        """``n`` actions per row drawn from ``exp(log_probs)``, shape ``[N, n]``."""
-        return torch.multinomial(log_probs.exp(), n, replacement=True, generator=generator)
-
-    def forward(self, obs: PyTorchObs, deterministic: bool = False) -> torch.Tensor:
-        return self._predict(obs, deterministic)
-
-    def _predict(self, observation: PyTorchObs, deterministic: bool = False) -> torch.Tensor:
-        log_probs = self.action_log_probs(observation)
-        if deterministic:
-            return log_probs.argmax(dim=-1)
-        return self.sample(log_probs).squeeze(-1)
+from tpo_agents.policies.base import CategoricalPolicy
 
 
 class MlpPolicy(CategoricalPolicy):

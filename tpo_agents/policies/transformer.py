@@ -21,7 +21,7 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import nn
 
-from tpo_agents.policies.mlp import CategoricalPolicy
+from tpo_agents.policies.base import CategoricalPolicy
 
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]
 

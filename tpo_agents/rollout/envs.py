@@ -1,4 +1,4 @@
-"""Environments as the agents see them: an SB3 ``VecEnv``.
+"""Environments as the agents see them: an SB3 ``VecEnv`` (the adapters and builders).
 
 ``make_training_env`` turns whatever the user passes (an id, a ``gym.Env``, a Gymnasium
 ``VectorEnv`` or an SB3 ``VecEnv``) into an SB3 ``VecEnv``. Environments registered with
@@ -205,18 +205,21 @@ def _copies(env: gym.Env, n: int) -> list[gym.Env]:
         ) from error
 
 
-def scores_hidden_by_wrappers(vec_env: VecEnv) -> list[str]:
-    """The user's wrappers that the sub-envs' ``score_candidates`` would bypass.
+def scores_hidden_by_wrappers(env: Any) -> list[str]:
+    r"""The user's wrappers that ``score_candidates`` would bypass, for a ``gym.Env`` or the
+    first sub-env of a ``DummyVecEnv`` (possibly under SB3 ``VecEnvWrapper``\ s).
 
     A wrapper that changes rewards (``TransformReward``, ...) does not change what the
     wrapped env's ``score_candidates`` returns, so scoring through it would silently drop
     the wrapper; a wrapper that defines ``score_candidates`` itself is trusted."""
     from stable_baselines3.common.monitor import Monitor
 
-    base = getattr(vec_env, "unwrapped", vec_env)
-    if not isinstance(base, DummyVecEnv):
-        return []
-    env, hiding = base.envs[0], []
+    if isinstance(env, VecEnv):
+        base = getattr(env, "unwrapped", env)
+        if not isinstance(base, DummyVecEnv):
+            return []
+        env = base.envs[0]
+    hiding = []
     while isinstance(env, gym.Wrapper):
         if hasattr(type(env), "score_candidates"):
             return hiding

@@ -16,24 +16,23 @@ import time
 
 import numpy as np
 import torch
-from stable_baselines3.common.callbacks import BaseCallback
 
 from tpo_agents.llm.batch import Completions, LMGroupBatch
-from tpo_agents.sampling import Collector
+from tpo_agents.rollout.context import Collector, RolloutContext
 
 __all__ = ["LM_COLLECTORS", "CausalLMSequenceCollector", "CausalLMSingleCollector"]
 
 
-def adopt_system_prompt(algo) -> None:
+def adopt_system_prompt(ctx: RolloutContext) -> None:
     """Give the policy the env's ``system_prompt`` when the policy has none."""
-    if algo.policy.system_prompt is not None:
+    if ctx.policy.system_prompt is not None:
         return
     try:
-        env_prompt = algo.env.get_attr("system_prompt", indices=[0])[0]
+        env_prompt = ctx.env.get_attr("system_prompt", indices=[0])[0]
     except AttributeError:
         return
     if isinstance(env_prompt, str) and env_prompt:
-        algo.policy.system_prompt = env_prompt
+        ctx.policy.system_prompt = env_prompt
 
 
 class CausalLMSequenceCollector(Collector):
@@ -41,34 +40,35 @@ class CausalLMSequenceCollector(Collector):
 
     mode = "sequence"
 
-    def group_size(self) -> int:
-        return self.algo.n_candidates
+    def group_size(self, ctx: RolloutContext) -> int:
+        return ctx.n_candidates
 
-    def finish(self, batch: LMGroupBatch) -> LMGroupBatch:
+    @staticmethod
+    def finish(ctx: RolloutContext, batch: LMGroupBatch) -> LMGroupBatch:
         """Freeze the rollout-time token log-probs and completion log-probs."""
         with torch.no_grad():
-            tokens = batch.token_log_probs(self.algo.policy).float().cpu()
+            tokens = batch.token_log_probs(ctx.policy).float().cpu()
         batch.old_token_logp = tokens
         batch.old_logp = batch.reduce_tokens(tokens)
         return batch
 
-    def collect(self, callback: BaseCallback, n_groups: int) -> LMGroupBatch | None:
-        algo, policy, K = self.algo, self.algo.policy, self.group_size()
-        adopt_system_prompt(algo)
-        if algo._last_obs is None:
-            algo._last_obs = algo.env.reset()
+    def collect(self, ctx: RolloutContext, n_groups: int) -> LMGroupBatch | None:
+        policy, K = ctx.policy, self.group_size(ctx)
+        adopt_system_prompt(ctx)
+        if ctx.last_obs is None:
+            ctx.reset()
         parts: list[Completions] = []
         scores: list[np.ndarray] = []
         collected = 0
         while collected < n_groups:
-            prompts = list(algo._last_obs)
+            prompts = list(ctx.last_obs)
             completions = policy.sample_completions(prompts, K)
             grouped = [completions.texts[i * K : (i + 1) * K] for i in range(len(prompts))]
-            s = np.asarray(algo.env.score_candidates(grouped), dtype=np.float64).reshape(
+            s = np.asarray(ctx.env.score_candidates(grouped), dtype=np.float64).reshape(
                 len(prompts), K
             )
-            algo._check_finite_rewards(s, "score_candidates")
-            if not self._advance(callback, s):
+            ctx.check_rewards(s, "score_candidates")
+            if not self._advance(ctx, s):
                 return None
             parts.append(completions)
             scores.append(s)
@@ -77,21 +77,17 @@ class CausalLMSequenceCollector(Collector):
         batch = LMGroupBatch.from_completions(
             joined,
             torch.as_tensor(np.concatenate(scores), dtype=torch.float32),
-            logp_reduction=algo.logp_reduction,
+            logp_reduction=ctx.logp_reduction,
         )
-        return self.finish(batch)
+        return self.finish(ctx, batch)
 
-    def _advance(self, callback: BaseCallback, scores: np.ndarray) -> bool:
+    @staticmethod
+    def _advance(ctx: RolloutContext, scores: np.ndarray) -> bool:
         """Count the scored completions, record them as episodes, draw new prompts."""
-        algo = self.algo
-        elapsed = round(time.time() - algo.start_time / 1e9, 6)
+        elapsed = round(time.time() - ctx.start_time / 1e9, 6)
         episodes = [{"episode": {"r": float(r), "l": 1, "t": elapsed}} for r in scores.flatten()]
-        new_obs = algo.env.reset()
-        algo.num_timesteps += scores.size
-        algo._last_obs = new_obs
-        algo._update_info_buffer(episodes)
-        callback.update_locals(locals())
-        return bool(callback.on_step())
+        new_obs = ctx.reset()
+        return ctx.on_step(new_obs, scores, None, episodes, scores.size)
 
 
 class CausalLMSingleCollector(CausalLMSequenceCollector):
@@ -99,7 +95,7 @@ class CausalLMSingleCollector(CausalLMSequenceCollector):
 
     mode = "single"
 
-    def group_size(self) -> int:
+    def group_size(self, ctx: RolloutContext) -> int:
         return 1
 
 

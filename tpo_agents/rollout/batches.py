@@ -1,4 +1,4 @@
-"""The group batch: one structure that feeds every grouped objective.
+"""Group batches: the one structure that feeds every grouped objective.
 
 A batch holds G groups (contexts) of K candidates. A candidate is a sequence of one or
 more *steps*; each step is an action taken at a stored state. The log-probability of a
@@ -22,13 +22,35 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tpo_agents.policies.mlp import CategoricalPolicy
+from tpo_agents.policies.base import CategoricalPolicy
+
+__all__ = ["LOGP_REDUCTIONS", "Groups", "GroupBatch", "TensorGroups", "TokenGroupBatch", "SequenceGroupBatch"]
 
 LOGP_REDUCTIONS = ("sum", "mean")
 
 
+class Groups:
+    """Base of every batch: ``scores``, ``mask`` and frozen ``old_logp``, all ``[G, K]``;
+    ``log_probs(policy) -> [G, K]`` gives the candidates' log-probs with gradient."""
+
+    scores: torch.Tensor
+    mask: torch.Tensor
+    old_logp: torch.Tensor
+
+    @property
+    def n_groups(self) -> int:
+        return self.scores.shape[0]
+
+    @property
+    def group_size(self) -> int:
+        return self.scores.shape[1]
+
+    def log_probs(self, policy) -> torch.Tensor:
+        raise NotImplementedError
+
+
 @dataclass
-class GroupBatch:
+class GroupBatch(Groups):
     """Candidates, frozen rollout-time log-probs and raw scores of G groups of K.
 
     :param states: observations, one row per distinct state (numpy, as the env gives them).
@@ -59,14 +81,6 @@ class GroupBatch:
         self._steps_per_candidate = torch.zeros(G * K, dtype=torch.float32).index_add_(
             0, self.step_candidate, torch.ones(len(self.step_candidate))
         )
-
-    @property
-    def n_groups(self) -> int:
-        return self.scores.shape[0]
-
-    @property
-    def group_size(self) -> int:
-        return self.scores.shape[1]
 
     @property
     def n_steps(self) -> int:
@@ -102,26 +116,17 @@ def _gather_candidates(table: torch.Tensor, candidates: torch.Tensor) -> torch.T
     return table.gather(-1, candidates)
 
 
-class _TensorGroups:
-    """Shared shape and device handling of the all-tensor token batches (dataclasses)."""
-
-    scores: torch.Tensor
-
-    @property
-    def n_groups(self) -> int:
-        return self.scores.shape[0]
-
-    @property
-    def group_size(self) -> int:
-        return self.scores.shape[1]
+class TensorGroups(Groups):
+    """Base of the all-tensor batches (token, sequence and language-model dataclasses)."""
 
     def to(self, device: torch.device):
+        """The same batch with its tensors on ``device``."""
         fields = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        return type(self)(**{k: None if v is None else v.to(device) for k, v in fields.items()})
+        return type(self)(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in fields.items()})
 
 
 @dataclass
-class TokenGroupBatch(_TensorGroups):
+class TokenGroupBatch(TensorGroups):
     """Token-level groups: at each position t of N behaviour sequences, K candidate tokens.
 
     The behaviour sequence (candidate 0 at every position) is teacher-forced in one
@@ -151,7 +156,7 @@ class TokenGroupBatch(_TensorGroups):
 
 
 @dataclass
-class SequenceGroupBatch(_TensorGroups):
+class SequenceGroupBatch(TensorGroups):
     """Sequence-level groups: K sampled completions of each of G prompts.
 
     A candidate's log-prob is the sum of its token log-probs, all from one forward pass.

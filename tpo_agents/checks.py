@@ -1,0 +1,56 @@
+"""Hyperparameter checks shared by the agents: each names the bad value and what was expected."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["int_at_least", "real_number", "timesteps", "check_device", "check_learning_rate"]
+
+
+def int_at_least(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
+    return int(value)
+
+
+def real_number(name: str, value: Any, *, above: float | None = None, at_least: float | None = None) -> float:
+    """``value`` as a finite float, else a ValueError naming it and the expected range.
+
+    Strings and bools are refused (``eta="1"`` is a typo, not a number)."""
+    expected = f" > {above:g}" if above is not None else f" >= {at_least:g}" if at_least is not None else ""
+    if isinstance(value, bool | str) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ValueError(f"{name} must be a finite number{expected}; got {value!r} ({type(value).__name__})")
+    v = float(value)
+    if not math.isfinite(v) or (above is not None and not v > above) or (at_least is not None and not v >= at_least):
+        raise ValueError(f"{name} must be a finite number{expected}; got {value!r}")
+    return v
+
+
+def timesteps(value: Any) -> int:
+    """``learn``'s budget: a non-negative whole number of env steps (``1e5`` is accepted)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ValueError(f"total_timesteps must be a whole number of env steps >= 0; got {value!r}")
+    if not math.isfinite(float(value)) or float(value) != int(value) or value < 0:
+        raise ValueError(f"total_timesteps must be a whole number of env steps >= 0; got {value!r}")
+    return int(value)
+
+
+def check_device(device: torch.device | str) -> None:
+    kind = torch.device(device).type if device != "auto" else "auto"
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device={device!r} but CUDA is not available to this torch "
+            f"({torch.__version__}); use device='cpu' or 'auto'"
+        )
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device={device!r} but MPS is not available; use device='cpu' or 'auto'")
+
+
+def check_learning_rate(learning_rate: Any) -> None:
+    value = learning_rate(1.0) if callable(learning_rate) else learning_rate
+    what = "learning_rate" if not callable(learning_rate) else "learning_rate(1.0) (the schedule's first value)"
+    real_number(what, value, at_least=0.0)

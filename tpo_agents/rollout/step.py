@@ -1,0 +1,250 @@
+"""Step-level collectors: policies that pick one discrete action per observation (MLP).
+
+``all_actions``
+    Bandit form (docs/algorithms.md, group modes; MNIST): at each visited state sample one
+    action ``a ~ pi``, observe its reward ``r`` and form the score vector ``(r - b) e_a``
+    over *all* actions, with baseline ``b = sum_a pi(a)^2``. Sampled feedback only.
+``per_state``
+    At each visited state sample K candidates, score them with the env's
+    ``score_candidates`` (:func:`tpo_agents.rollout.scoring.score_candidates`) and follow
+    candidate 0.
+``sequence``
+    K full rollouts per context; the score is the episode return. Contexts are replayed
+    by K resets with the same seed, so any env whose reset is deterministic given a seed
+    works (CartPole, Acrobot, ...).
+``single``
+    One sampled rollout per context (PG, DG, batch-standardized GRPO): K = 1, the score
+    is the episode return, and the batch is collected with the env's own autoreset.
+
+Timesteps: every env step of every sub-env counts once (``num_timesteps`` as in SB3).
+A ``per_state`` step scores K candidates but counts as one step; a ``sequence`` group of
+K rollouts counts the steps of all K episodes. When episodes differ in length, sub-envs
+whose rollouts are done keep stepping (a vector env steps all of its sub-envs) until the
+batch's last episode ends: those steps are counted too, though they feed no group.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from tpo_agents.rollout.batches import GroupBatch
+from tpo_agents.rollout.context import Collector, RolloutContext
+from tpo_agents.rollout.envs import GymnasiumVecEnv
+from tpo_agents.rollout.scoring import score_candidates
+
+__all__ = ["STEP_COLLECTORS", "AllActionsCollector", "PerStateCollector", "SequenceCollector", "SingleCollector"]
+
+
+def _stack_states(states: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate([np.asarray(s) for s in states], axis=0)
+
+
+def _state_groups(
+    states: list[np.ndarray], actions: torch.Tensor, scores: torch.Tensor, baseline: torch.Tensor | None = None
+) -> GroupBatch:
+    """A batch with one group per visited state: ``actions[g]`` are its K candidates."""
+    G, K = actions.shape
+    return GroupBatch(
+        states=_stack_states(states),
+        step_state=torch.arange(G).repeat_interleave(K),
+        step_action=actions.flatten(),
+        step_candidate=torch.arange(G * K),
+        scores=scores,
+        mask=torch.ones(G, K, dtype=torch.bool),
+        old_logp=torch.zeros(G, K),
+        baseline=baseline,
+    )
+
+
+class AllActionsCollector(Collector):
+    """One group per visited state: all A actions, sampled-feedback scores."""
+
+    mode = "all_actions"
+
+    def collect(self, ctx: RolloutContext, n_groups: int) -> GroupBatch | None:
+        n_actions = int(ctx.env.action_space.n)
+        states, scores, baselines = [], [], []
+        collected = 0
+        while collected < n_groups:
+            obs = ctx.last_obs
+            log_probs = self.policy_log_probs(ctx, obs)
+            actions = ctx.policy.sample(log_probs, 1).squeeze(-1)
+            pi = log_probs.exp()
+            b = (pi**2).sum(-1)
+            stepped = ctx.step(actions.numpy())
+            if stepped is None:
+                return None
+            rewards = stepped[1]
+            s = torch.zeros(len(actions), n_actions)
+            s[torch.arange(len(actions)), actions] = torch.as_tensor(rewards, dtype=torch.float32) - b
+            states.append(obs)
+            scores.append(s)
+            baselines.append(b)
+            collected += len(actions)
+        G = sum(len(x) for x in scores)
+        every_action = torch.arange(n_actions).repeat(G, 1)
+        batch = _state_groups(states, every_action, torch.cat(scores), baseline=torch.cat(baselines))
+        return self.finish(ctx, batch)
+
+
+class PerStateCollector(Collector):
+    """One group per visited state: K sampled candidates scored by the env; follow #0."""
+
+    mode = "per_state"
+
+    def collect(self, ctx: RolloutContext, n_groups: int) -> GroupBatch | None:
+        K = ctx.n_candidates
+        states, cands, scores = [], [], []
+        collected = 0
+        while collected < n_groups:
+            obs = ctx.last_obs
+            log_probs = self.policy_log_probs(ctx, obs)
+            candidates = ctx.policy.sample(log_probs, K)
+            s = score_candidates(ctx.env, candidates.numpy())
+            ctx.check_rewards(s, "score_candidates")
+            if ctx.step(candidates[:, 0].numpy()) is None:
+                return None
+            states.append(obs)
+            cands.append(candidates)
+            scores.append(torch.as_tensor(s, dtype=torch.float32))
+            collected += len(candidates)
+        return self.finish(ctx, _state_groups(states, torch.cat(cands), torch.cat(scores)))
+
+
+class _EpisodeRecorder:
+    """Accumulates steps of many concurrent episodes into a GroupBatch."""
+
+    def __init__(self, n_groups: int, group_size: int, logp_reduction: str):
+        self.G, self.K = n_groups, group_size
+        self.states: list[np.ndarray] = []
+        self.actions: list[np.ndarray] = []
+        self.cands: list[np.ndarray] = []
+        self.returns = np.zeros(n_groups * group_size)
+        self.logp_reduction = logp_reduction
+
+    def record(self, obs: np.ndarray, actions: np.ndarray, slot: np.ndarray, rewards: np.ndarray) -> None:
+        active = slot >= 0
+        self.states.append(np.asarray(obs)[active])
+        self.actions.append(actions[active])
+        self.cands.append(slot[active])
+        np.add.at(self.returns, slot[active], rewards[active])
+
+    def batch(self) -> GroupBatch:
+        n_steps = sum(len(a) for a in self.actions)
+        return GroupBatch(
+            states=_stack_states(self.states),
+            step_state=torch.arange(n_steps),
+            step_action=torch.as_tensor(np.concatenate(self.actions), dtype=torch.long),
+            step_candidate=torch.as_tensor(np.concatenate(self.cands), dtype=torch.long),
+            scores=torch.as_tensor(self.returns, dtype=torch.float32).view(self.G, self.K),
+            mask=torch.ones(self.G, self.K, dtype=torch.bool),
+            old_logp=torch.zeros(self.G, self.K),
+            logp_reduction=self.logp_reduction,
+        )
+
+
+def _sample_one(ctx: RolloutContext, obs: np.ndarray) -> np.ndarray:
+    return ctx.policy.sample(Collector.policy_log_probs(ctx, obs), 1).squeeze(-1).numpy()
+
+
+class SingleCollector(Collector):
+    """One rollout per context (K = 1), using the env's own autoreset."""
+
+    mode = "single"
+
+    def collect(self, ctx: RolloutContext, n_groups: int) -> GroupBatch | None:
+        n = ctx.n_envs
+        rec = _EpisodeRecorder(n_groups, 1, ctx.logp_reduction)
+        # Each sub-env plays the episode of one slot; slots are handed out in order.
+        next_slot = 0
+        slot = np.full(n, -1)
+        for i in range(n):
+            if next_slot < n_groups:
+                slot[i], next_slot = next_slot, next_slot + 1
+        # A sub-env may be mid-episode from the last iteration: start fresh episodes so
+        # every recorded candidate is a whole episode.
+        if ctx.episode_in_progress.any():
+            ctx.reset()
+        while (slot >= 0).any():
+            obs = ctx.last_obs
+            actions = _sample_one(ctx, obs)
+            stepped = ctx.step(actions)
+            if stepped is None:
+                return None
+            _, rewards, dones, _ = stepped
+            rec.record(obs, actions, slot, rewards)
+            for i in np.flatnonzero(dones):
+                if next_slot < n_groups:
+                    slot[i], next_slot = next_slot, next_slot + 1
+                else:
+                    slot[i] = -1
+        return self.finish(ctx, rec.batch())
+
+
+class SequenceCollector(Collector):
+    """K rollouts per context from K resets with one seed per context.
+
+    Sub-envs that can be reset one at a time (SB3 ``DummyVecEnv``/``SubprocVecEnv``) start
+    the next rollout as soon as theirs ends. A native vector env resets all its sub-envs
+    at once, so there the rollouts run in rounds: one seeded reset of every sub-env (a seed
+    list, one context seed per sub-env), then steps until each has finished its episode."""
+
+    mode = "sequence"
+
+    def collect(self, ctx: RolloutContext, n_groups: int) -> GroupBatch | None:
+        K, n = ctx.n_candidates, ctx.n_envs
+        rec = _EpisodeRecorder(n_groups, K, ctx.logp_reduction)
+        context_seeds = ctx.rng.integers(0, 2**31 - 1, size=n_groups)
+        if isinstance(getattr(ctx.env, "unwrapped", ctx.env), GymnasiumVecEnv):
+            return self._collect_in_rounds(ctx, rec, context_seeds)
+        slots = iter(range(n_groups * K))
+        slot = np.full(n, -1)
+        obs = np.array(ctx.last_obs, copy=True)
+
+        def start(i: int) -> None:
+            s = next(slots, -1)
+            slot[i] = s
+            if s >= 0:
+                obs[i] = ctx.env.env_method("reset", seed=int(context_seeds[s // K]), indices=[i])[0][0]
+
+        for i in range(n):
+            start(i)
+        while (slot >= 0).any():
+            actions = _sample_one(ctx, obs)
+            stepped = ctx.step(actions)
+            if stepped is None:
+                return None
+            new_obs, rewards, dones, _ = stepped
+            rec.record(obs, actions, slot, rewards)
+            obs = np.array(new_obs, copy=True)
+            for i in np.flatnonzero(dones):
+                start(i)
+        ctx.last_obs = obs
+        return self.finish(ctx, rec.batch())
+
+    def _collect_in_rounds(self, ctx: RolloutContext, rec: _EpisodeRecorder, context_seeds) -> GroupBatch | None:
+        K, n = ctx.n_candidates, ctx.n_envs
+        total = len(context_seeds) * K
+        obs = ctx.last_obs
+        for first in range(0, total, n):
+            slot = np.arange(first, first + n)
+            slot[slot >= total] = -1
+            ctx.env.seed([int(context_seeds[s // K]) if s >= 0 else None for s in slot])
+            obs = np.array(ctx.reset(), copy=True)
+            while (slot >= 0).any():
+                actions = _sample_one(ctx, obs)
+                stepped = ctx.step(actions)
+                if stepped is None:
+                    return None
+                new_obs, rewards, dones, _ = stepped
+                rec.record(obs, actions, slot, rewards)
+                obs = np.array(new_obs, copy=True)
+                slot[np.asarray(dones, dtype=bool)] = -1  # one episode per sub-env and round
+        ctx.last_obs = obs
+        return self.finish(ctx, rec.batch())
+
+
+STEP_COLLECTORS = {
+    c.mode: c for c in (AllActionsCollector, PerStateCollector, SequenceCollector, SingleCollector)
+}
