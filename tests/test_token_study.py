@@ -352,3 +352,82 @@ def test_cached_only_summarizes_finished_jobs_without_training(tmp_path, monkeyp
     assert list(result["methods"]) == ["dg"] and result["methods"]["dg"]["H=3"]["n_seeds"] == 2
     with pytest.raises(SystemExit, match="none of the"):
         run(tmp_path, "terminal", "--lengths", "4", "--seeds", "1", "--episodes", "2", "--cached-only")
+
+
+# ------------------------------------------------------------------ method names and aliases
+
+
+def test_the_method_table_has_one_key_per_agent_configuration_and_aliases_name_keys():
+    from zoo import token_methods
+
+    configs = {(cls, tuple(sorted(kw.items()))) for cls, kw in token_methods.METHODS.values()}
+    assert len(configs) == len(token_methods.METHODS)  # no two keys train the same agent
+    assert not set(token_methods.ALIASES) & set(token_methods.METHODS)
+    assert set(token_methods.ALIASES.values()) <= set(token_methods.METHODS)
+    assert token_methods.METHODS["critic_free_ppo"][0] == "CriticFreePPO"
+    assert {a: token_study.canonical(a) for a in ("ppo", "cfppo", "tpo_token", "grpo_token")} == {
+        "ppo": "critic_free_ppo", "cfppo": "critic_free_ppo", "tpo_token": "tpo", "grpo_token": "grpo_token"
+    }
+    # grpo_token is not grpo: standard per-token ratios against the paper's sequence-level ones.
+    (_, grpo), (_, grpo_token) = token_methods.METHODS["grpo"], token_methods.METHODS["grpo_token"]
+    assert {**grpo_token, "ratio_level": "sequence"} == grpo and "ratio_level" not in grpo_token
+    assert set(token_study.METHOD_NAMES) == set(token_methods.METHODS) | set(token_methods.ALIASES)
+    # Every experiment's own names are method keys or aliases (what the results store).
+    for exp in token_study.TOKEN_EXPERIMENTS.values():
+        assert all(token_study.canonical(m) in token_methods.METHODS for m in exp.methods)
+
+
+def _job_names(experiment: str, *argv: str) -> list[str]:
+    args = build_parser().parse_args([experiment, "--seeds", "1", *argv])
+    args.steps = 2
+    return [j.name for j in token_study.build_jobs(token_study.TOKEN_EXPERIMENTS[experiment], args)[2]]
+
+
+def test_aliases_and_canonical_names_build_the_jobs_the_results_already_name():
+    terminal = ("terminal", "--lengths", "3")
+    ppo = ["ppo__H3-paper__seed0"]
+    for name in ("critic_free_ppo", "ppo", "cfppo"):
+        assert _job_names(*terminal, "--methods", name) == ppo
+    assert _job_names(*terminal, "--methods", "ppo", "critic_free_ppo", "dg") == ppo + ["dg__H3-paper__seed0"]
+    assert _job_names(*terminal, "--methods", "critic_free_ppo", "--match", "interactions") == [
+        "ppo__H3-paper-im__seed0"  # still single-sample: interaction-matched
+    ]
+    assert _job_names(*terminal, "--methods", "tpo_token") == ["tpo__H3-paper__seed0"]
+    vocab = ("token-vocab", "--vocabs", "2", "--length", "3")
+    for name in ("tpo", "tpo_token"):  # Table 1 stores TPO as tpo_token
+        assert _job_names(*vocab, "--methods", name) == ["tpo_token__V2-paper__seed0"]
+    assert _job_names(*vocab, "--methods", "critic_free_ppo") == ["ppo__V2-paper__seed0"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["terminal", "--methods", "ppo2"])
+
+
+def test_critic_free_ppo_and_its_aliases_run_and_find_the_same_cached_jobs(tmp_path, monkeypatch):
+    tiny = ["terminal", "--lengths", "3", "--seeds", "1", "--episodes", "2", "--workers", "1"]
+    first = run(tmp_path, *tiny, "--methods", "critic_free_ppo")
+    assert list(first["methods"]) == ["ppo"] and first["config"]["methods"] == ["ppo"]
+    assert first["methods"]["ppo"]["H=3"]["agent"]["class"] == "CriticFreePPO"
+    assert set(cached_jobs(tmp_path, "terminal")) == {"ppo__H3-paper__seed0.json"}
+    monkeypatch.setattr(token_study, "run_job", lambda job, progress=None: pytest.fail(f"trained {job.name}"))
+    for name in ("ppo", "cfppo", "critic_free_ppo"):
+        again = run(tmp_path, *tiny, "--methods", name)
+        assert again["config"]["jobs_cached"] == 1 and again["config"]["jobs_run"] == 0
+        assert again["methods"] == first["methods"]
+
+
+def test_the_committed_per_seed_cache_is_found_without_training(tmp_path, monkeypatch):
+    import shutil
+    import warnings
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[1] / "docs" / "results"
+    shutil.copytree(results / "cache" / "terminal", tmp_path / "cache" / "terminal")
+    monkeypatch.setattr(token_study, "run_job", lambda job, progress=None: pytest.fail(f"trained {job.name}"))
+    h10 = ["terminal", "--lengths", "10", "--workers", "1"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the records are older sources' (stale, still reused)
+        found = run(tmp_path, *h10, "--seeds", "8", "--methods", "tpo", "grpo", "dg")
+        assert (found["config"]["jobs_cached"], found["config"]["jobs_run"]) == (24, 0)
+        # The committed result is these records' summary (python -m zoo.reproduce ... --cached-only).
+        cached = run(tmp_path, *h10, "--seeds", "20", "--methods", "tpo", "grpo", "dg", "--cached-only")
+    committed = json.loads((results / "terminal-paper.json").read_text())
+    assert json.dumps(cached["methods"], sort_keys=True) == json.dumps(committed["methods"], sort_keys=True)

@@ -17,7 +17,9 @@ Token Reversal (Tables 1, 2, 3, 5 and the sparse-reward diagnostics; :mod:`zoo.t
         [--length H] [--methods tpo grpo ...] [--settings TAG ...] [--out results]
 
 Per-seed runs are cached in ``OUT/cache/<name>/`` (a rerun resumes); ``--match
-interactions`` writes ``OUT/<name>-interactions.*``.
+interactions`` writes ``OUT/<name>-interactions.*``. ``--methods`` takes the method keys of
+:mod:`zoo.token_methods` and their aliases (``ppo`` / ``cfppo`` = ``critic_free_ppo``,
+``tpo_token`` = ``tpo``), which run the same jobs.
 
 Where the MNIST and Token Reversal jobs run (:mod:`zoo.backends`, docs/sweeps.md)::
 
@@ -238,8 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--vocabs", type=positive_int, nargs="+", default=None, help="token-vocab: the V values")
     token.add_argument("--length", type=positive_int, default=None, help="H for the single-H experiments")
     token.add_argument(
-        "--methods", nargs="+", default=None, choices=sorted(token_study.METHODS),
-        help="run only these methods (default: the experiment's)",
+        "--methods", nargs="+", default=None, choices=token_study.METHOD_NAMES, metavar="METHOD",
+        help="run only these methods (default: the experiment's): "
+        + ", ".join(sorted(token_study.METHODS))
+        + "; aliases: "
+        + ", ".join(f"{a} = {c}" for a, c in sorted(token_study.ALIASES.items())),
     )
     token.add_argument(
         "--learning-rate", type=positive_float, default=None, metavar="LR",

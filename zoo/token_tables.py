@@ -1,0 +1,110 @@
+"""The markdown page of a Token Reversal result: our numbers beside the paper's.
+
+The tables follow the paper's layout (SPEC section 4): each cell is ``ours (paper)``, the
+paper's value from :mod:`zoo.paper_numbers`; then the per-seed statistics (final error
++- s.e., take-off, steps to 1%, seconds per iteration).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+
+import numpy as np
+
+from zoo import paper_numbers
+from zoo.token_experiments import TokenExperiment, setting_order
+from zoo.token_methods import label
+
+
+def _paper_values(exp: TokenExperiment, result: dict, metric: str) -> dict:
+    if exp.name == "terminal" and result["config"].get("match") == "interactions":
+        return paper_numbers.TERMINAL["interactions"] if metric == "final_error" else {}
+    return exp.paper.get(metric, {})
+
+
+def _fmt(summary: dict, metric: str) -> str:
+    if metric == "final_error":
+        return f"{100 * summary['final_error']:.1f}"
+    value = summary.get("steps_to_1pct")
+    return "-" if value is None else str(value)
+
+
+def _cell(summary: dict, metric: str, paper: Mapping, key: tuple[str, str]) -> str:
+    ours = _fmt(summary, metric)
+    return f"{ours} ({paper[key]})" if key in paper else ours
+
+
+def grid_table(result: dict, metric: str, paper: Mapping, settings_rows: bool = False) -> list[str]:
+    """A markdown table of ``metric``: methods x settings (or transposed), ``ours (paper)``."""
+    methods = list(result["methods"])
+    settings = setting_order(result)
+
+    def cell(m: str, s: str) -> str:
+        return _cell(result["methods"][m][s], metric, paper, (m, s))
+
+    if settings_rows:
+        head = ["setting"] + [label(m) for m in methods]
+        rows = [[s] + [cell(m, s) for m in methods] for s in settings]
+    else:
+        head = ["method"] + settings
+        rows = [[label(m)] + [cell(m, s) for s in settings] for m in methods]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return lines + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _per_method_table(result: dict, value: Callable[[dict], str]) -> list[str]:
+    settings = setting_order(result)
+    lines = ["| method | " + " | ".join(settings) + " |", "|" + "---|" * (len(settings) + 1)]
+    for m, per in result["methods"].items():
+        lines.append(f"| {label(m)} | " + " | ".join(value(per[s]) for s in settings) + " |")
+    return lines
+
+
+def _mean_or_dash(values: Iterable[int | None]) -> str:
+    values = list(values)
+    hit = [v for v in values if v is not None]
+    if not hit:
+        return "-"
+    text = f"{np.mean(hit):.0f}"
+    return text if len(hit) == len(values) else f"{text} ({len(hit)}/{len(values)} seeds)"
+
+
+def markdown(result: dict, exp: TokenExperiment) -> str:
+    cfg = result["config"]
+    metric_names = {
+        "final_error": f"final error % (mean of the last {cfg['final_window']} iterations)",
+        "steps_to_1pct": "steps to 1% error (seed-mean curve)",
+    }
+    lines = [f"# {result['experiment']}", "", exp.notes, ""]
+    lines.append(
+        f"Ours: {cfg['seeds']} seeds, {cfg['episodes']} iterations, match={cfg['match']}; cells are "
+        "`ours (paper)`. Error = 1 - mean return of the training batch."
+    )
+    lines.append("")
+    settings_rows = exp.layout == "settings_rows"
+    metrics = [exp.primary] + [m for m in ("final_error", "steps_to_1pct") if m != exp.primary]
+    for metric in metrics:
+        lines += [f"## {metric_names[metric]}", ""]
+        lines += grid_table(result, metric, _paper_values(exp, result, metric), settings_rows)
+        lines.append("")
+    lines += ["## final error % +- s.e. over seeds", ""]
+    lines += _per_method_table(
+        result, lambda s: f"{100 * s['final_error']:.2f} +- {100 * s['final_error_se']:.2f}"
+    )
+    lines += [
+        "",
+        f"## take-off iteration (first error < {cfg['takeoff_error']}), mean over seeds",
+        "",
+    ]
+    lines += _per_method_table(result, lambda s: _mean_or_dash(s["takeoff_iteration_per_seed"]))
+    lines += ["", "## steps to 1% per seed, mean over the seeds that got there", ""]
+    lines += _per_method_table(result, lambda s: _mean_or_dash(s["steps_to_1pct_per_seed"]))
+    lines += ["", "## seconds per iteration (mean over seeds; one torch thread per job)", ""]
+    lines += _per_method_table(result, lambda s: f"{s['seconds_per_iteration']:.3f}")
+    lines += [
+        "",
+        "Config: `" + json.dumps({k: v for k, v in cfg.items() if k != "settings"}) + "`",
+        "",
+    ]
+    return "\n".join(lines)
