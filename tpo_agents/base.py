@@ -317,6 +317,20 @@ class GroupedAlgorithm(BaseAlgorithm):
                 f"{self.num_timesteps + 1} (sub-env {int(bad[0])}); rewards must be finite numbers"
             )
 
+    def _critic_for_mode(self):
+        """The learned scorer of ``critic`` groups, built on first use (None otherwise)."""
+        if self._group_mode != "critic":
+            return None
+        if getattr(self, "critic", None) is None:
+            from tpo_agents.rollout.critic import QCritic
+
+            if not isinstance(self.action_space, spaces.Discrete):
+                raise ValueError(f"critic groups need a Discrete action space; got {self.action_space}")
+            self.critic = QCritic(self.observation_space, int(self.action_space.n), self.device, seed=self.seed)
+            if self.verbose:
+                print(f"{type(self).__name__}: {_env_label(self.env)} has no score_candidates: scoring every action with a learned critic (group_mode='critic')")
+        return self.critic
+
     def _step_hook(self, callback: BaseCallback) -> OnStep:
         """The bookkeeping after each vector step of a rollout, as the collectors call it."""
 
@@ -345,6 +359,7 @@ class GroupedAlgorithm(BaseAlgorithm):
             check_rewards=self._check_finite_rewards,
             logp_reduction=self.logp_reduction,
             start_time=self.start_time,
+            critic=self._critic_for_mode(),
         )
         self.policy.set_training_mode(False)
         callback.on_rollout_start()
@@ -548,3 +563,11 @@ def guarded_step(
             "optimizer state are as before it"
         )
     return float(norm)
+
+
+def _env_label(vec_env: VecEnv) -> str:
+    try:
+        spec = vec_env.get_attr("spec", indices=[0])[0]
+    except AttributeError:
+        spec = None
+    return getattr(spec, "id", None) or type(getattr(vec_env, "unwrapped", vec_env)).__name__

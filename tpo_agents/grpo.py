@@ -54,7 +54,7 @@ class GRPO(GroupedAlgorithm):
             return "single"
         if hint == "sequence":
             return hint
-        return "per_state" if can_score else "sequence"
+        return "per_state" if can_score else "critic"
 
     @staticmethod
     def _as_groups(batch: GroupBatch, x: torch.Tensor) -> torch.Tensor:

@@ -37,7 +37,7 @@ class TPO(GroupedAlgorithm):
     def default_group_mode(self, hint: str | None, can_score: bool) -> str:
         if hint in ("all_actions", "sequence"):
             return hint
-        return "per_state" if can_score else "sequence"
+        return "per_state" if can_score else "critic"
 
     def prepare(self, batch: GroupBatch) -> dict[str, torch.Tensor]:
         u = obj.standardize_scores(batch.scores, mask=batch.mask)

@@ -41,6 +41,8 @@ class RolloutContext:
     :param check_rewards: ``check_rewards(values, where)`` raises on unusable rewards.
     :param logp_reduction: ``"sum"`` or ``"mean"`` of a candidate's step log-probs.
     :param start_time: when training started (``time.time_ns()``), for episode records.
+    :param critic: the learned scorer of ``critic`` groups
+        (:class:`~tpo_agents.rollout.critic.QCritic`), None in other modes.
     """
 
     env: Any
@@ -53,6 +55,7 @@ class RolloutContext:
     check_rewards: Callable[[np.ndarray, str], None] = _no_check
     logp_reduction: str = "sum"
     start_time: int = field(default=0)
+    critic: Any = None
 
     @property
     def n_envs(self) -> int:

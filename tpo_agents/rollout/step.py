@@ -12,6 +12,11 @@
     K full rollouts per context; the score is the episode return. Contexts are replayed
     by K resets with the same seed, so any env whose reset is deterministic given a seed
     works (CartPole, Acrobot, ...).
+``critic``
+    Envs without scores of their own (CartPole, FrozenLake, ...): at each visited state one
+    sampled action is followed and the group is every action, scored by a learned
+    ``Q(s, a)`` (:class:`~tpo_agents.rollout.critic.QCritic`, trained off-policy on the
+    transitions before the batch is scored).
 ``single``
     One sampled rollout per context (PG, DG, batch-standardized GRPO): K = 1, the score
     is the episode return, and the batch is collected with the env's own autoreset.
@@ -33,7 +38,7 @@ from tpo_agents.rollout.context import Collector, RolloutContext
 from tpo_agents.rollout.envs import GymnasiumVecEnv
 from tpo_agents.rollout.scoring import score_candidates
 
-__all__ = ["STEP_COLLECTORS", "AllActionsCollector", "PerStateCollector", "SequenceCollector", "SingleCollector"]
+__all__ = ["STEP_COLLECTORS", "AllActionsCollector", "CriticCollector", "PerStateCollector", "SequenceCollector", "SingleCollector"]
 
 
 def _stack_states(states: list[np.ndarray]) -> np.ndarray:
@@ -86,6 +91,43 @@ class AllActionsCollector(Collector):
         every_action = torch.arange(n_actions).repeat(G, 1)
         batch = _state_groups(states, every_action, torch.cat(scores), baseline=torch.cat(baselines))
         return self.finish(ctx, batch)
+
+
+def _true_next_obs(new_obs: np.ndarray, dones: np.ndarray, infos: list[dict]) -> np.ndarray:
+    """Next observations with each finished sub-env's terminal observation (the vector env
+    has already reset it)."""
+    next_obs = np.array(new_obs, copy=True)
+    for i in np.flatnonzero(dones):
+        if "terminal_observation" in infos[i]:
+            next_obs[i] = infos[i]["terminal_observation"]
+    return next_obs
+
+
+class CriticCollector(Collector):
+    """One group per visited state: every action, scored by the learned critic."""
+
+    mode = "critic"
+
+    def collect(self, ctx: RolloutContext, n_groups: int) -> GroupBatch | None:
+        n_actions = int(ctx.env.action_space.n)
+        states = []
+        collected = 0
+        while collected < n_groups:
+            obs = ctx.last_obs
+            actions = _sample_one(ctx, obs)
+            stepped = ctx.step(actions)
+            if stepped is None:
+                return None
+            new_obs, rewards, dones, infos = stepped
+            truncated = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
+            terminated = np.asarray(dones, dtype=bool) & ~truncated
+            ctx.critic.add(obs, actions, rewards, _true_next_obs(new_obs, dones, infos), terminated)
+            states.append(obs)
+            collected += len(actions)
+        ctx.critic.update(ctx.policy)
+        visited = _stack_states(states)
+        every_action = torch.arange(n_actions).repeat(len(visited), 1)
+        return self.finish(ctx, _state_groups([visited], every_action, ctx.critic.scores(visited)))
 
 
 class PerStateCollector(Collector):
@@ -246,5 +288,5 @@ class SequenceCollector(Collector):
 
 
 STEP_COLLECTORS = {
-    c.mode: c for c in (AllActionsCollector, PerStateCollector, SequenceCollector, SingleCollector)
+    c.mode: c for c in (AllActionsCollector, CriticCollector, PerStateCollector, SequenceCollector, SingleCollector)
 }
