@@ -1,4 +1,4 @@
-"""The MNIST contextual bandit study (SPEC section 3) end to end on the 8x8 digits."""
+"""The MNIST contextual bandit study (docs/algorithms.md, section 9.1) end to end on the 8x8 digits."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""The objectives against the closed forms of SPEC section 1."""
+"""The objectives against the closed forms of docs/algorithms.md (sections 2-6)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""The exact tabular updates reproduce the closed-form beta coefficients (SPEC section 1)."""
+"""The exact tabular updates reproduce the closed-form beta coefficients (docs/algorithms.md, section 7.1)."""
 
 import json
 import math

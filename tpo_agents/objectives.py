@@ -10,7 +10,7 @@ Losses are *minimised*. Reductions are weighted means over valid candidates
 (single-sample losses) or means over groups (the TPO cross-entropy), so their
 scale does not depend on padding.
 
-Notation (SPEC section 1): ``s`` raw scores, ``u`` standardized scores,
+Notation (docs/algorithms.md, section 1): ``s`` raw scores, ``u`` standardized scores,
 ``l`` log pi(y_i | x) of each candidate (for a sequence, the sum of its token
 log-probs), ``p = softmax(l)`` over the group, ``q`` the TPO target.
 """

@@ -74,7 +74,7 @@ class MNISTBanditEnv(gym.Env):
     Each episode shows one image from the chosen dataset split; the agent names a class and is
     rewarded 1 if it is the image's label. The label is never shown (not in the observation
     nor in the reset info), so the agent learns only from rewards. This is the MNIST
-    contextual bandit of the TPO paper (SPEC section 3). Grouped methods can score every
+    contextual bandit of the TPO paper (docs/algorithms.md, section 9.1). Grouped methods can score every
     class for the current image with :meth:`score_candidates` without changing the state.
 
     ## Action Space

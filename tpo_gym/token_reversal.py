@@ -10,7 +10,7 @@ target sequence ``y`` derived from ``x``:
 * ``reverse_flip``: ``y = V - 1 - x`` reversed.
 
 Per-token correctness ``c_t = 1{a_t = y_t}``. The per-step rewards are scaled so that the
-episode *return* is the paper's metric (SPEC section 3):
+episode *return* is the paper's metric (docs/algorithms.md, section 9.2):
 
 * ``bag``: ``c_t / H`` each step; return = fraction of correct tokens;
 * ``sequential``: ``(prod_{j<=t} c_j) / H`` each step; return = correct-prefix length / H;

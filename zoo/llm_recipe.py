@@ -1,6 +1,6 @@
 """The paper's LLM RLVR comparison, TPO vs GRPO, with TRL on one GPU (and at toy size on CPU).
 
-Paper settings, the defaults here (SPEC section 4; the paper ran verl on 4 A100s):
+Paper settings, the defaults here (docs/algorithms.md, section 8.5; the paper ran verl on 4 A100s):
 K = 16 completions per prompt, 16 prompts per optimizer step, AdamW with learning rate 1e-5,
 LoRA rank 32 (alpha 64, every linear layer but the output head), KL coefficient 1e-3 to the
 reference model for both methods, bf16 weights on CUDA. Both methods run through TRL with

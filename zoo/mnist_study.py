@@ -1,4 +1,4 @@
-"""The MNIST contextual bandit study (SPEC section 3): test error of the real agents.
+"""The MNIST contextual bandit study (docs/algorithms.md, section 9.1): test error of the real agents.
 
 Each RL method is a ``tpo_agents`` agent trained through its public SB3 API on
 ``MNISTBandit-v0`` (train split; the agent builds the native vector env with

@@ -1,4 +1,4 @@
-"""The paper's two tabular bandit studies (SPEC section 3), batched over seeds.
+"""The paper's two tabular bandit studies (docs/algorithms.md, section 7), batched over seeds.
 
 Both studies move tabular logits by a normalized step ``logits += alpha * g / ||g||``
 where ``g = -d loss / d logits`` and the loss is one of the objectives in
@@ -26,7 +26,7 @@ from tpo_gym.bandits import MultiContextBanditEnv, SymmetricBanditEnv
 SINGLE_METHODS = ("pg", "dg", "grpo", "tpo")
 MULTI_METHODS = ("ce", "pg", "dg", "grpo", "tpo")
 SAMPLED_BASELINE = 0.5
-"""Baseline of the sampled single-context updates: scores are ``reward - 0.5`` (SPEC 3)."""
+"""Baseline of the sampled single-context updates: scores are ``reward - 0.5`` (docs/algorithms.md, section 7.2)."""
 
 
 @dataclass
@@ -68,7 +68,7 @@ def exact_direction(method: str, logits: torch.Tensor, rewards: torch.Tensor, et
 
     ``logits`` and ``rewards`` have shape ``[G, A]`` (G contexts, all A actions as the
     candidates); the expectation over ``a ~ pi(. | x)`` is taken with ``weights = pi``.
-    In logit space every method gives ``beta(p) (e_y - pi) / G`` (SPEC section 1):
+    In logit space every method gives ``beta(p) (e_y - pi) / G`` (docs/algorithms.md, section 7.1):
     CE 1, PG p, DG p / (1 + p), GRPO sqrt(p / (1 - p)), TPO p (lam - 1) / (1 - p + lam p).
     """
     pi = torch.softmax(logits, -1).detach()
@@ -81,7 +81,7 @@ def exact_direction(method: str, logits: torch.Tensor, rewards: torch.Tensor, et
         if method == "pg":
             return obj.reinforce_loss(logp, rewards, weights=pi)
         if method == "dg":
-            # Baseline 0: the delight gate sees the raw reward (SPEC: beta_DG = p / (1 + p)).
+            # Baseline 0: the delight gate sees the raw reward (docs/algorithms.md 7.1: beta_DG = p / (1 + p)).
             return obj.dg_loss(logp, rewards, eta=eta, weights=pi)
         if method == "grpo":
             return obj.grpo_loss(logp, logp.detach(), rewards, weights=pi)

@@ -24,7 +24,7 @@ The sweep calls this module's ``run_job`` (looked up when it runs, so a test can
 
 Summaries per (method, setting) use :func:`zoo.results.summarize` with ``final_error`` =
 mean error over the last 50 iterations; the markdown puts the paper's number beside ours,
-``ours (paper)``, in the paper's table layout (SPEC section 4).
+``ours (paper)``, in the paper's table layout (docs/algorithms.md, section 10).
 
 Run through ``python -m zoo.reproduce NAME`` (see :mod:`zoo.reproduce`). Every name below
 is importable from here, as before the split.

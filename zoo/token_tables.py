@@ -1,6 +1,6 @@
 """The markdown page of a Token Reversal result: our numbers beside the paper's.
 
-The tables follow the paper's layout (SPEC section 4): each cell is ``ours (paper)``, the
+The tables follow the paper's layout (docs/algorithms.md, section 10): each cell is ``ours (paper)``, the
 paper's value from :mod:`zoo.paper_numbers`; then the per-seed statistics (final error
 +- s.e., take-off, steps to 1%, seconds per iteration).
 """

@@ -1,7 +1,7 @@
 """Step-level collectors: policies that pick one discrete action per observation (MLP).
 
 ``all_actions``
-    Bandit form (docs/algorithms.md, group modes; MNIST): at each visited state sample one
+    Bandit form (docs/algorithms.md, section 4.1; MNIST): at each visited state sample one
     action ``a ~ pi``, observe its reward ``r`` and form the score vector ``(r - b) e_a``
     over *all* actions, with baseline ``b = sum_a pi(a)^2``. Sampled feedback only.
 ``per_state``
