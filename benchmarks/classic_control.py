@@ -70,7 +70,9 @@ ENVS: dict[str, EnvSetting] = {
 # batch_size 2 and 4 contexts per iteration (and K = 4 candidates on Acrobot): with 2
 # contexts both TPO and GRPO reached the threshold 5k-30k steps earlier on both envs in
 # every pair tried; K = 4 was much slower on Acrobot. See SETTING_NOTES.
-GROUPED = dict(batch_size=2, n_candidates=8, logp_reduction="mean", learning_rate=1e-3, n_epochs=4)
+GROUPED = dict(
+    batch_size=2, n_candidates=8, logp_reduction="mean", learning_rate=1e-3, n_epochs=4, group_mode="sequence"
+)
 SETTING_NOTES = (
     "TPO/GRPO: one setting for both envs, chosen in a brief exploration on seeds 0-1 at 100k "
     "steps: batch_size 2 reached the threshold earlier than batch_size 4 (first greedy eval >= "

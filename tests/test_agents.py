@@ -68,7 +68,7 @@ def test_tpo_beats_pg_on_multi_context_bandit_at_equal_updates():
 
 @pytest.mark.slow
 def test_tpo_balances_cartpole_with_sequence_groups():
-    model = TPO("MlpPolicy", "CartPole-v1", seed=0, batch_size=4, logp_reduction="mean")
+    model = TPO("MlpPolicy", "CartPole-v1", seed=0, batch_size=4, logp_reduction="mean", group_mode="sequence")
     assert model.resolve_group_mode() == "sequence"
     model.learn(60_000)
     mean_return, _ = evaluate_policy(model, model.get_env(), n_eval_episodes=10, deterministic=True)
@@ -81,7 +81,8 @@ def test_group_modes_follow_the_env():
     assert GRPO("MlpPolicy", bandit).resolve_group_mode() == "single"
     assert DG("MlpPolicy", bandit).resolve_group_mode() == "single"
     assert TPO("MlpPolicy", bandit, group_mode="per_state").resolve_group_mode() == "per_state"
-    assert TPO("MlpPolicy", "CartPole-v1", batch_size=2).resolve_group_mode() == "sequence"
+    assert TPO("MlpPolicy", "CartPole-v1", batch_size=2).resolve_group_mode() == "critic"
+    assert GRPO("MlpPolicy", "CartPole-v1", batch_size=2).resolve_group_mode() == "critic"
 
 
 def test_per_state_groups_use_score_candidates_and_learn():

@@ -64,7 +64,8 @@ class GroupedAlgorithm(BaseAlgorithm):
     :param n_candidates: K, candidates per group (``per_state`` and ``sequence`` modes).
     :param batch_size: contexts (groups) per iteration; every epoch is one gradient step
         on all of them.
-    :param n_epochs: gradient steps per rollout batch (targets stay frozen).
+    :param n_epochs: gradient steps per rollout batch (targets stay frozen); default the
+        algorithm's (TPO 4), but 1 on ``critic`` groups.
     :param n_envs: sub-envs when the env is built here (default: ``batch_size`` for
         native vector envs, ``n_candidates`` otherwise).
     :param group_mode: ``"auto"`` or one of ``all_actions``, ``per_state``,
@@ -74,6 +75,8 @@ class GroupedAlgorithm(BaseAlgorithm):
     :param max_grad_norm: clip the gradient norm (None: no clipping; the norm is logged).
     :param optimizer_class: optimizer of the policy (default Adam), passed to the policy.
     :param optimizer_kwargs: its extra arguments.
+    :param critic_kwargs: options of the learned critic of ``critic`` groups
+        (:class:`~tpo_agents.rollout.critic.QCritic`).
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
@@ -99,6 +102,7 @@ class GroupedAlgorithm(BaseAlgorithm):
         optimizer_class: type[torch.optim.Optimizer] | None = None,
         optimizer_kwargs: dict[str, Any] | None = None,
         policy_kwargs: dict[str, Any] | None = None,
+        critic_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         verbose: int = 0,
@@ -116,6 +120,7 @@ class GroupedAlgorithm(BaseAlgorithm):
         self.n_candidates = int_at_least("n_candidates", n_candidates, 2)
         self.batch_size = int_at_least("batch_size", batch_size, 1)
         self.n_epochs = int_at_least("n_epochs", self.default_n_epochs if n_epochs is None else n_epochs, 1)
+        self._n_epochs_given = n_epochs is not None
         if group_mode != "auto" and group_mode not in GROUP_MODES:
             raise ValueError(f"group_mode must be 'auto' or one of {GROUP_MODES}; got {group_mode!r}")
         if logp_reduction not in LOGP_REDUCTIONS:
@@ -123,6 +128,7 @@ class GroupedAlgorithm(BaseAlgorithm):
         if max_grad_norm is not None:
             max_grad_norm = real_number("max_grad_norm (or None)", max_grad_norm, above=0.0)
         self._saved_by = type(self).__name__  # load() refuses files of another algorithm
+        self.critic_kwargs = dict(critic_kwargs or {})
         self.group_mode = group_mode
         self.logp_reduction = logp_reduction
         self.max_grad_norm = max_grad_norm
@@ -170,6 +176,10 @@ class GroupedAlgorithm(BaseAlgorithm):
             n_candidates=self.n_candidates,
             seed=seed,
         )
+        if self._group_mode == "critic" and not getattr(self, "_n_epochs_given", True):
+            # Critic scores move between iterations; one step per batch keeps the policy
+            # from chasing the critic's noise (4 epochs oscillated on CartPole).
+            self.n_epochs = 1
         return vec
 
     @staticmethod
@@ -326,7 +336,8 @@ class GroupedAlgorithm(BaseAlgorithm):
 
             if not isinstance(self.action_space, spaces.Discrete):
                 raise ValueError(f"critic groups need a Discrete action space; got {self.action_space}")
-            self.critic = QCritic(self.observation_space, int(self.action_space.n), self.device, seed=self.seed)
+            kwargs = {"seed": self.seed, **self.critic_kwargs}
+            self.critic = QCritic(self.observation_space, int(self.action_space.n), self.device, **kwargs)
             if self.verbose:
                 print(f"{type(self).__name__}: {_env_label(self.env)} has no score_candidates: scoring every action with a learned critic (group_mode='critic')")
         return self.critic

@@ -54,7 +54,9 @@ class GRPO(GroupedAlgorithm):
             return "single"
         if hint == "sequence":
             return hint
-        return "per_state" if can_score else "critic"
+        if can_score:
+            return "per_state"
+        return "sequence" if hint == "per_state" else "critic"
 
     @staticmethod
     def _as_groups(batch: GroupBatch, x: torch.Tensor) -> torch.Tensor:

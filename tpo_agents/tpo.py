@@ -37,10 +37,15 @@ class TPO(GroupedAlgorithm):
     def default_group_mode(self, hint: str | None, can_score: bool) -> str:
         if hint in ("all_actions", "sequence"):
             return hint
-        return "per_state" if can_score else "critic"
+        if can_score:
+            return "per_state"
+        # Scores hidden by the user's wrappers: K exact rollouts through them; an env with
+        # no scores and no hint at all (CartPole, ...): every action scored by a critic.
+        return "sequence" if hint == "per_state" else "critic"
 
     def prepare(self, batch: GroupBatch) -> dict[str, torch.Tensor]:
-        u = obj.standardize_scores(batch.scores, mask=batch.mask)
+        standardized = getattr(batch, "standardized", False)
+        u = batch.scores.masked_fill(~batch.mask, 0.0) if standardized else obj.standardize_scores(batch.scores, mask=batch.mask)
         q = obj.tpo_target(batch.old_logp, u, eta=self.eta, anchor=self.anchor, mask=batch.mask)
         return {"u": u, "q": q, "zero_variance": obj.zero_variance_groups(batch.scores, mask=batch.mask)}
 

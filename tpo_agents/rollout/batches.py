@@ -62,6 +62,7 @@ class GroupBatch(Groups):
     :param old_logp: ``[G, K]`` log pi_old(candidate | context), frozen at rollout.
     :param baseline: ``[G]`` optional per-group baseline for single-sample methods.
     :param logp_reduction: ``"sum"`` (the paper) or ``"mean"`` over a candidate's steps.
+    :param standardized: ``scores`` are already standardized (see the attribute).
     """
 
     states: np.ndarray
@@ -73,6 +74,9 @@ class GroupBatch(Groups):
     old_logp: torch.Tensor
     baseline: torch.Tensor | None = None
     logp_reduction: str = "sum"
+    standardized: bool = False
+    """The scores are already the objective's standardized scores ``u`` (critic groups:
+    advantages on one batch-wide scale), not to be standardized again within each group."""
 
     def __post_init__(self) -> None:
         if self.logp_reduction not in LOGP_REDUCTIONS:
@@ -109,7 +113,9 @@ class GroupBatch(Groups):
             for name in ("step_state", "step_action", "step_candidate", "scores", "mask", "old_logp")
         }
         baseline = None if self.baseline is None else self.baseline.to(device)
-        return GroupBatch(self.states, baseline=baseline, logp_reduction=self.logp_reduction, **moved)
+        return GroupBatch(
+            self.states, baseline=baseline, logp_reduction=self.logp_reduction, standardized=self.standardized, **moved
+        )
 
 
 def _gather_candidates(table: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:

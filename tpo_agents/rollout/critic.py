@@ -35,6 +35,7 @@ class QCritic:
     :param batch_size: transitions per critic gradient step.
     :param updates_per_step: critic gradient steps per collected transition.
     :param tau: Polyak coefficient of the target network.
+    :param relative_floor: the advantages' scale is at least this fraction of the mean |V|.
     """
 
     def __init__(
@@ -48,11 +49,13 @@ class QCritic:
         buffer_size: int = 50_000,
         batch_size: int = 256,
         updates_per_step: float = 0.25,
-        tau: float = 0.05,
+        tau: float = 0.005,
+        relative_floor: float = 0.05,
         seed: int | None = None,
     ):
         self.observation_space, self.n_actions, self.device = observation_space, n_actions, torch.device(device)
         self.gamma, self.batch_size, self.updates_per_step, self.tau = gamma, batch_size, updates_per_step, tau
+        self.relative_floor = relative_floor
         dim = get_flattened_obs_dim(observation_space)
         layers: list[nn.Module] = []
         for width in net_arch:
@@ -125,6 +128,23 @@ class QCritic:
                     pt.mul_(1 - self.tau).add_(p, alpha=self.tau)
             losses.append(loss.item())
         return float(np.mean(losses))
+
+    @torch.no_grad()
+    def advantages(self, obs, policy) -> torch.Tensor:
+        """``(Q(s, a) - V(s)) / sigma`` for every action, ``V = sum_a pi(a | s) Q(s, a)`` and
+        ``sigma`` the std of those advantages over the whole batch: one scale for all states,
+        so a state whose actions the critic can hardly tell apart moves the policy little
+        (standardizing each state's own few actions would turn any gap into +-1)."""
+        q = self.scores(obs)
+        obs_t, _ = policy.obs_to_tensor(obs)
+        pi = policy.action_log_probs(obs_t).exp().float().cpu()
+        v = (pi * q).sum(-1, keepdim=True)
+        adv = q - v
+        # Floor the scale at a fraction of the values' size: once the critic can hardly tell
+        # actions apart (a good policy, values all alike), its noise must not be blown up
+        # to unit-size scores.
+        floor = self.relative_floor * v.abs().mean()
+        return adv / torch.maximum(adv.std(), floor).clamp_min(1e-8)
 
     @torch.no_grad()
     def scores(self, obs) -> torch.Tensor:

@@ -127,7 +127,9 @@ class CriticCollector(Collector):
         ctx.critic.update(ctx.policy)
         visited = _stack_states(states)
         every_action = torch.arange(n_actions).repeat(len(visited), 1)
-        return self.finish(ctx, _state_groups([visited], every_action, ctx.critic.scores(visited)))
+        batch = _state_groups([visited], every_action, ctx.critic.advantages(visited, ctx.policy))
+        batch.standardized = True
+        return self.finish(ctx, batch)
 
 
 class PerStateCollector(Collector):

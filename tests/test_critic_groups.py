@@ -1,0 +1,53 @@
+"""Critic groups: TPO and GRPO on envs that neither score candidates nor hint a group mode."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.evaluation import evaluate_policy
+
+from tpo_agents import GRPO, TPO, MlpPolicy
+from tpo_agents.rollout.critic import QCritic
+from tpo_agents.rollout.step import _true_next_obs
+
+
+def test_the_critic_learns_which_action_pays():
+    obs_space, n_actions = spaces.Discrete(4), 3
+    policy = MlpPolicy(obs_space, spaces.Discrete(n_actions), lambda _: 1e-3)
+    critic = QCritic(obs_space, n_actions, batch_size=64, updates_per_step=1.0, seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(30):  # one-step episodes: the reward is 1 for action s % 3
+        s = rng.integers(0, 4, size=32)
+        a = rng.integers(0, n_actions, size=32)
+        critic.add(s, a, (a == s % 3).astype(np.float32), s, np.ones(32, dtype=bool))
+        critic.update(policy)
+    q = critic.scores(np.arange(4))
+    assert q.argmax(-1).tolist() == [0, 1, 2, 0]
+    torch.testing.assert_close(q.max(-1).values, torch.ones(4), atol=0.15, rtol=0)
+
+
+def test_a_finished_sub_env_bootstraps_from_its_terminal_observation():
+    new_obs = np.array([[0.0], [5.0]])  # sub-env 1 finished and was reset to 5
+    infos = [{}, {"terminal_observation": np.array([9.0])}]
+    assert _true_next_obs(new_obs, np.array([False, True]), infos).tolist() == [[0.0], [9.0]]
+
+
+def test_critic_groups_are_chosen_for_envs_without_scores_or_hints():
+    assert TPO("MlpPolicy", "CartPole-v1").resolve_group_mode() == "critic"
+    assert GRPO("MlpPolicy", "FrozenLake-v1").resolve_group_mode() == "critic"
+    assert TPO("MlpPolicy", "CartPole-v1", group_mode="sequence").resolve_group_mode() == "sequence"
+    model = TPO("MlpPolicy", "CartPole-v1", batch_size=16, seed=0).learn(64)
+    batch = model._batch
+    assert batch.group_size == 2 and batch.n_groups >= 16  # every action of each visited state
+    assert torch.equal(batch.step_action.view(-1, 2), torch.tensor([[0, 1]]).repeat(batch.n_groups, 1))
+
+
+@pytest.mark.slow
+def test_tpo_with_default_hyperparameters_balances_cartpole():
+    model = TPO("MlpPolicy", "CartPole-v1", seed=0)
+    model.learn(30_000)
+    mean_return, _ = evaluate_policy(model, gym.make("CartPole-v1"), n_eval_episodes=10, deterministic=True)
+    assert mean_return >= 150, mean_return  # a random policy: ~20; 500 is the maximum
