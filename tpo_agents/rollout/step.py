@@ -192,6 +192,32 @@ def _sample_one(ctx: RolloutContext, obs: np.ndarray) -> np.ndarray:
     return ctx.policy.sample(Collector.policy_log_probs(ctx, obs), 1).squeeze(-1).numpy()
 
 
+def _play(ctx: RolloutContext, rec: _EpisodeRecorder, obs: np.ndarray, slot: np.ndarray, on_done) -> np.ndarray | None:
+    """Step every sub-env, recording the steps of those with a slot (``slot >= 0``), until
+    no slot is left; ``on_done(i, obs)`` gives a finished sub-env ``i`` its next slot (or
+    -1) and may reset ``obs[i]``. The last observations, or None when a callback stopped."""
+    while (slot >= 0).any():
+        actions = _sample_one(ctx, obs)
+        stepped = ctx.step(actions)
+        if stepped is None:
+            return None
+        new_obs, rewards, dones, _ = stepped
+        rec.record(obs, actions, slot, rewards)
+        obs = np.array(new_obs, copy=True)
+        for i in np.flatnonzero(dones):
+            on_done(i, obs)
+    return obs
+
+
+def _finished(slot: np.ndarray):
+    """``on_done`` of one episode per sub-env: a finished sub-env records nothing more."""
+
+    def done(i: int, obs: np.ndarray) -> None:
+        slot[i] = -1
+
+    return done
+
+
 class SingleCollector(Collector):
     """One rollout per context (K = 1), using the env's own autoreset."""
 
@@ -210,19 +236,16 @@ class SingleCollector(Collector):
         # every recorded candidate is a whole episode.
         if ctx.episode_in_progress.any():
             ctx.reset()
-        while (slot >= 0).any():
-            obs = ctx.last_obs
-            actions = _sample_one(ctx, obs)
-            stepped = ctx.step(actions)
-            if stepped is None:
-                return None
-            _, rewards, dones, _ = stepped
-            rec.record(obs, actions, slot, rewards)
-            for i in np.flatnonzero(dones):
-                if next_slot < n_groups:
-                    slot[i], next_slot = next_slot, next_slot + 1
-                else:
-                    slot[i] = -1
+
+        def next_episode(i: int, obs: np.ndarray) -> None:
+            nonlocal next_slot
+            if next_slot < n_groups:
+                slot[i], next_slot = next_slot, next_slot + 1
+            else:
+                slot[i] = -1
+
+        if _play(ctx, rec, np.array(ctx.last_obs, copy=True), slot, next_episode) is None:
+            return None
         return self.finish(ctx, rec.batch())
 
 
@@ -246,24 +269,17 @@ class SequenceCollector(Collector):
         slot = np.full(n, -1)
         obs = np.array(ctx.last_obs, copy=True)
 
-        def start(i: int) -> None:
+        def start(i: int, obs: np.ndarray) -> None:
             s = next(slots, -1)
             slot[i] = s
             if s >= 0:
                 obs[i] = ctx.env.env_method("reset", seed=int(context_seeds[s // K]), indices=[i])[0][0]
 
         for i in range(n):
-            start(i)
-        while (slot >= 0).any():
-            actions = _sample_one(ctx, obs)
-            stepped = ctx.step(actions)
-            if stepped is None:
-                return None
-            new_obs, rewards, dones, _ = stepped
-            rec.record(obs, actions, slot, rewards)
-            obs = np.array(new_obs, copy=True)
-            for i in np.flatnonzero(dones):
-                start(i)
+            start(i, obs)
+        obs = _play(ctx, rec, obs, slot, start)
+        if obs is None:
+            return None
         ctx.last_obs = obs
         return self.finish(ctx, rec.batch())
 
@@ -275,16 +291,9 @@ class SequenceCollector(Collector):
             slot = np.arange(first, first + n)
             slot[slot >= total] = -1
             ctx.env.seed([int(context_seeds[s // K]) if s >= 0 else None for s in slot])
-            obs = np.array(ctx.reset(), copy=True)
-            while (slot >= 0).any():
-                actions = _sample_one(ctx, obs)
-                stepped = ctx.step(actions)
-                if stepped is None:
-                    return None
-                new_obs, rewards, dones, _ = stepped
-                rec.record(obs, actions, slot, rewards)
-                obs = np.array(new_obs, copy=True)
-                slot[np.asarray(dones, dtype=bool)] = -1  # one episode per sub-env and round
+            obs = _play(ctx, rec, np.array(ctx.reset(), copy=True), slot, _finished(slot))
+            if obs is None:
+                return None
         ctx.last_obs = obs
         return self.finish(ctx, rec.batch())
 
