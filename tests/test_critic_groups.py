@@ -51,3 +51,18 @@ def test_tpo_with_default_hyperparameters_balances_cartpole():
     model.learn(30_000)
     mean_return, _ = evaluate_policy(model, gym.make("CartPole-v1"), n_eval_episodes=10, deterministic=True)
     assert mean_return >= 150, mean_return  # a random policy: ~20; 500 is the maximum
+
+
+def test_grpo_takes_the_critics_advantages_as_they_are():
+    from tpo_agents import objectives as obj
+
+    scores = torch.tensor([[1.0, 3.0, 2.0], [0.5, 0.5, 2.0]])
+    logp = torch.log_softmax(torch.randn(2, 3), -1)
+    old = logp + 0.1 * torch.randn(2, 3)
+    standard = obj.grpo_loss(logp, old, scores)
+    given = obj.grpo_loss(logp, old, scores, advantages=obj.grpo_advantages(scores))
+    torch.testing.assert_close(standard, given)
+    scaled = obj.grpo_loss(logp, old, scores, advantages=0.5 * obj.grpo_advantages(scores), beta=0.0)
+    torch.testing.assert_close(scaled, 0.5 * obj.grpo_loss(logp, old, scores, beta=0.0))
+    model = GRPO("MlpPolicy", "CartPole-v1", batch_size=16, seed=0).learn(64)
+    assert model._batch.standardized and model.resolve_group_mode() == "critic"

@@ -392,8 +392,12 @@ def grpo_loss(
     mask_zero_variance: bool = False,
     mask: torch.Tensor | None = None,
     weights: torch.Tensor | None = None,
+    advantages: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """GRPO: ``L = ppo_clip(rho, A) + beta * mean(exp(-r) + r - 1)`` over [G, K] groups.
+
+    ``advantages`` (``[G, K]``, optional) replaces ``grpo_advantages(scores)`` when the
+    scores are already advantages on a common scale (critic groups).
 
     ``A = grpo_advantages(scores)``, ``r = log pi_theta - log pi_old``. ``beta = 0``
     gives GRPO (no KL). With ``mask_zero_variance`` the candidates of zero-variance
@@ -416,7 +420,12 @@ def grpo_loss(
             f"got {tuple(logp.shape)} and {tuple(old_logp.shape)}"
         )
     mask, w = _validity(scores, mask, weights)
-    adv = grpo_advantages(scores, mask=mask, weights=weights)
+    if advantages is None:
+        adv = grpo_advantages(scores, mask=mask, weights=weights)
+    else:
+        _check_same_shape("scores", scores, advantages=advantages)
+        _check_finite("advantages", advantages, mask)
+        adv = torch.where(mask, advantages, torch.zeros_like(advantages))
     if mask_zero_variance:
         keep = ~zero_variance_groups(scores, mask=mask)
         mask = mask & keep.unsqueeze(-1)
