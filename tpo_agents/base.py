@@ -68,8 +68,8 @@ class GroupedAlgorithm(BaseAlgorithm):
         algorithm's (TPO 4), but 1 on ``critic`` groups.
     :param n_envs: sub-envs when the env is built here (default: ``batch_size`` for
         native vector envs, ``n_candidates`` otherwise).
-    :param group_mode: ``"auto"`` or one of ``all_actions``, ``per_state``,
-        ``sequence``, ``single`` (see :mod:`tpo_agents.rollout`).
+    :param group_mode: ``"auto"`` or one of ``all_actions``, ``critic``, ``per_state``,
+        ``sequence``, ``single`` (see :mod:`tpo_agents.rollout` and docs/algorithms.md, 4).
     :param logp_reduction: ``"sum"`` (the paper) or ``"mean"`` of a sequence candidate's
         step log-probs.
     :param max_grad_norm: clip the gradient norm (None: no clipping; the norm is logged).

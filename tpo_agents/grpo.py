@@ -20,7 +20,8 @@ class GRPO(GroupedAlgorithm):
 
     Groups (``group_mode="auto"``): on bandit envs one sampled action per context and
     the whole batch standardized as one group (the paper's single-sample GRPO);
-    K candidates per state with ``score_candidates``; otherwise K rollouts per context.
+    K candidates per state with ``score_candidates``; K rollouts per context on token envs
+    under terminal reward; every action scored by a learned critic on any other env.
 
     :param clip_range: PPO epsilon (0.2).
     :param beta: KL coefficient (0.04); 0 gives GRPO (no KL).

@@ -22,7 +22,9 @@ class TPO(GroupedAlgorithm):
 
     Groups (``group_mode="auto"``): all actions with sampled-feedback scores on bandit
     envs; K candidates per state scored by ``score_candidates`` when the env offers it;
-    otherwise K rollouts per context from seeded resets.
+    K rollouts per context from seeded resets on token envs under terminal reward (and
+    where wrappers hide the env's scores); on any other env (CartPole, ...) every action of
+    each visited state, scored by a learned critic (``critic``).
 
     :param eta: target temperature (> 0); smaller moves further from p_old.
     :param anchor: False gives TPO-no-anchor, ``q = softmax(u / eta)``.
