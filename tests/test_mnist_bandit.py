@@ -50,24 +50,6 @@ def _require_fashion() -> None:
         pytest.skip(msg)
 
 
-@pytest.fixture
-def isolated(monkeypatch, tmp_path):
-    """No env vars, an empty HOME and no system folders: only what a test puts in place."""
-    for var in ENV_VARS:
-        monkeypatch.delenv(var, raising=False)
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setattr(
-        datasets,
-        "_SYSTEM_DIRS",
-        {k: (str(tmp_path / "system" / k),) for k in datasets._SYSTEM_DIRS},
-    )
-    clear_cache()
-    yield home
-    clear_cache()
-
-
 def _idx_bytes(arr: np.ndarray) -> bytes:
     codes = {"u1": 0x08, "i1": 0x09, "i2": 0x0B, "i4": 0x0C, "f4": 0x0D, "f8": 0x0E}
     code = codes[f"{arr.dtype.kind}{arr.dtype.itemsize}"]

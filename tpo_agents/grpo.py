@@ -95,7 +95,7 @@ class GRPO(GroupedAlgorithm):
             beta=self.beta,
             mask_zero_variance=self.mask_zero_variance,
             mask=g(batch, batch.mask),
-            advantages=g(batch, batch.scores) if getattr(batch, "standardized", False) else None,
+            advantages=g(batch, batch.scores) if batch.standardized else None,
         )
 
     def diagnostics(self, batch: GroupBatch, frozen: dict[str, torch.Tensor]) -> dict[str, float]:

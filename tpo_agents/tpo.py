@@ -46,8 +46,10 @@ class TPO(GroupedAlgorithm):
         return "sequence" if hint == "per_state" else "critic"
 
     def prepare(self, batch: GroupBatch) -> dict[str, torch.Tensor]:
-        standardized = getattr(batch, "standardized", False)
-        u = batch.scores.masked_fill(~batch.mask, 0.0) if standardized else obj.standardize_scores(batch.scores, mask=batch.mask)
+        if batch.standardized:  # critic groups: advantages on one batch-wide scale
+            u = batch.scores.masked_fill(~batch.mask, 0.0)
+        else:
+            u = obj.standardize_scores(batch.scores, mask=batch.mask)
         q = obj.tpo_target(batch.old_logp, u, eta=self.eta, anchor=self.anchor, mask=batch.mask)
         return {"u": u, "q": q, "zero_variance": obj.zero_variance_groups(batch.scores, mask=batch.mask)}
 

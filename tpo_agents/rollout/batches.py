@@ -36,6 +36,8 @@ class Groups:
     scores: torch.Tensor
     mask: torch.Tensor
     old_logp: torch.Tensor
+    standardized: bool = False
+    """Whether ``scores`` are already the standardized scores ``u`` (see :class:`GroupBatch`)."""
 
     @property
     def n_groups(self) -> int:
