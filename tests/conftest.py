@@ -26,3 +26,24 @@ def isolated(monkeypatch, tmp_path):
     clear_cache()
     yield home
     clear_cache()
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory):
+    """One folder of pretrained small models for the whole session (each built once)."""
+    return tmp_path_factory.mktemp("pretrained")
+
+
+@pytest.fixture(scope="session")
+def arithmetic_lm(model_cache):
+    """The default small pretrained model of the arithmetic task (~1 min to build on CI)."""
+    import torch
+
+    from tpo_agents.llm.pretrain import pretrained_lm
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the weights depend on the thread count through float rounding
+    try:
+        return pretrained_lm("arithmetic", cache_dir=model_cache, log=None)
+    finally:
+        torch.set_num_threads(threads)

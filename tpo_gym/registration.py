@@ -50,6 +50,7 @@ _IDS = {
     "GSM8K-v0": dict(entry_point="tpo_gym.prompts.env:GSM8KEnv"),
     "PromptList-v0": dict(entry_point="tpo_gym.prompts.env:PromptListEnv"),
     "TinyArithmetic-v0": dict(entry_point="tpo_gym.prompts.env:TinyArithmeticEnv"),
+    "Arithmetic-v0": dict(entry_point="tpo_gym.prompts.env:ArithmeticEnv"),
 }
 
 

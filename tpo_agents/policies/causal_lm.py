@@ -2,7 +2,9 @@
 
 Observations are prompts and actions are completions (``gymnasium.spaces.Text``, the
 prompt envs of :mod:`tpo_gym.prompts`). The policy samples K completions per prompt with
-``generate`` (batched over prompts, left padding, stop at EOS), and computes the
+``generate`` (batched over prompts, left padding, stop at EOS; by default each prompt is
+pre-filled once and its key/value cache shared by its K completions,
+:func:`tpo_agents.llm.generation.generate_shared_prefix`), and computes the
 sequence log-probs of completions in one batched forward pass
 (:func:`tpo_agents.llm.logprobs.completion_log_probs`), which TPO, GRPO and PG train
 through the usual :class:`~tpo_agents.base.GroupedAlgorithm` loop.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import Schedule
 
 from tpo_agents.llm.batch import Completions, rowwise_with_recompute
+from tpo_agents.llm.generation import generate_shared_prefix
 from tpo_agents.llm.logprobs import completion_log_probs, completion_mask_after_eos
 from tpo_agents.llm.vec_env import check_text_spaces
 
@@ -99,6 +103,10 @@ class CausalLMPolicy(BasePolicy):
     :param optimizer_class: default ``torch.optim.AdamW`` over the trainable parameters,
         learning rate from the agent (``learning_rate``; use ~1e-5 for real models).
     :param optimizer_kwargs: its extra arguments.
+    :param shared_prompt_cache: pre-fill each prompt once and share its key/value cache
+        among its K completions (:func:`~tpo_agents.llm.generation.generate_shared_prefix`;
+        same sampling distribution, cheaper prefill); False: plain ``generate`` with
+        ``num_return_sequences=K``, which pre-fills every prompt K times.
     """
 
     language_model = True
@@ -124,6 +132,7 @@ class CausalLMPolicy(BasePolicy):
         micro_batch_size: int | None = None,
         optimizer_class: type[torch.optim.Optimizer] | None = None,
         optimizer_kwargs: dict[str, Any] | None = None,
+        shared_prompt_cache: bool = True,
     ):
         from tpo_agents.llm.loading import apply_lora, load_causal_lm, load_tokenizer, resolve_dtype
 
@@ -148,6 +157,8 @@ class CausalLMPolicy(BasePolicy):
                 f"chat_template_kwargs must be a dict or None; got {chat_template_kwargs!r}"
             )
         micro_batch_size = _check_int("micro_batch_size", micro_batch_size, 1, allow_none=True)
+        if not isinstance(shared_prompt_cache, bool | np.bool_):
+            raise ValueError(f"shared_prompt_cache must be a bool; got {shared_prompt_cache!r}")
         if dtype is not None:
             resolve_dtype(dtype)  # validate
         super().__init__(
@@ -162,6 +173,7 @@ class CausalLMPolicy(BasePolicy):
         self.top_p = top_p
         self.top_k = top_k
         self.micro_batch_size = micro_batch_size
+        self.shared_prompt_cache = bool(shared_prompt_cache)
         net, self.model_source, self.base_source = load_causal_lm(model, dtype)
         self.tokenizer = load_tokenizer(tokenizer, self.model_source, net)
         self.model = apply_lora(net, lora)
@@ -239,6 +251,7 @@ class CausalLMPolicy(BasePolicy):
             micro_batch_size=self.micro_batch_size,
             optimizer_class=self.optimizer_class,
             optimizer_kwargs=dict(self.optimizer_kwargs),
+            shared_prompt_cache=self.shared_prompt_cache,
         )
 
     def save_pretrained(self, directory: str | Path) -> Path:
@@ -317,8 +330,14 @@ class CausalLMPolicy(BasePolicy):
         sampling = (
             {} if greedy else dict(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
         )
+        # Both paths run generate with the same settings, so they sample the same distribution.
+        generate = (
+            partial(generate_shared_prefix, self.model)
+            if self.shared_prompt_cache
+            else self.model.generate
+        )
         with self._own_generation_config():
-            out = self.model.generate(
+            out = generate(
                 input_ids=prompt_ids,
                 attention_mask=prompt_mask.long(),
                 do_sample=not greedy,

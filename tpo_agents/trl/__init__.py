@@ -1,18 +1,23 @@
-"""TPO for TRL users: a drop-in ``TPOTrainer`` / ``TPOConfig`` pair for TRL's GRPO trainer.
+"""Target Policy Optimization for TRL users: ``TargetPOTrainer`` / ``TargetPOConfig``, drop-ins
+for TRL's ``GRPOTrainer`` / ``GRPOConfig``.
 
-``from tpo_agents.trl import TPOTrainer, TPOConfig`` and use them exactly like
-``GRPOTrainer`` / ``GRPOConfig``. Importing this package imports ``trl`` (the ``llm`` extra).
-See ``docs/llm_trl.md``.
+``from tpo_agents.trl import TargetPOTrainer, TargetPOConfig`` and use them exactly like
+``GRPOTrainer`` / ``GRPOConfig``. ``TPOTrainer`` / ``TPOConfig`` are aliases of the same
+classes; the longer names exist because TRL ships ``trl.experimental.tpo.TPOTrainer``, which
+is *Triple* Preference Optimization, an unrelated preference method. Importing this package
+imports ``trl`` (the ``llm`` extra). See ``docs/llm_trl.md``.
 """
 
-from tpo_agents.trl.config import IGNORED_GRPO_OPTIONS, TPOConfig
+from tpo_agents.trl.config import IGNORED_GRPO_OPTIONS, TargetPOConfig, TPOConfig
 from tpo_agents.trl.loss import standardize_group_rewards, tpo_group_loss
-from tpo_agents.trl.trainer import TPOTrainer
+from tpo_agents.trl.trainer import TargetPOTrainer, TPOTrainer
 
 __all__ = [
     "IGNORED_GRPO_OPTIONS",
     "TPOConfig",
     "TPOTrainer",
+    "TargetPOConfig",
+    "TargetPOTrainer",
     "standardize_group_rewards",
     "tpo_group_loss",
 ]

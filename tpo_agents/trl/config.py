@@ -1,4 +1,4 @@
-"""``TPOConfig``: TRL's ``GRPOConfig`` plus TPO's two settings and its batch-layout rule."""
+"""``TargetPOConfig``: TRL's ``GRPOConfig`` plus TPO's two settings and its batch-layout rule."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields
 
 from trl import GRPOConfig
 
-__all__ = ["TPOConfig", "IGNORED_GRPO_OPTIONS"]
+__all__ = ["IGNORED_GRPO_OPTIONS", "TPOConfig", "TargetPOConfig"]
 
 IGNORED_GRPO_OPTIONS = (
     "epsilon",
@@ -37,8 +37,8 @@ population std) all act on GRPO's per-token surrogate, which TPO does not have.
 
 
 @dataclass
-class TPOConfig(GRPOConfig):
-    r"""Configuration for :class:`~tpo_agents.trl.TPOTrainer`: every ``GRPOConfig`` field plus
+class TargetPOConfig(GRPOConfig):
+    r"""Configuration for :class:`~tpo_agents.trl.TargetPOTrainer`: every ``GRPOConfig`` field plus
 
     Parameters:
         tpo_eta (`float`, defaults to `1.0`):
@@ -90,13 +90,17 @@ class TPOConfig(GRPOConfig):
                 )
         if self.use_adaptive_entropy:
             raise ValueError(
-                "use_adaptive_entropy=True is not supported by TPOTrainer; use a fixed entropy_coef"
+                "use_adaptive_entropy=True is not supported by TargetPOTrainer; use a fixed entropy_coef"
             )
         defaults = {f.name: f.default for f in fields(GRPOConfig) if f.name in IGNORED_GRPO_OPTIONS}
         changed = [name for name, default in defaults.items() if getattr(self, name) != default]
         if changed:
             warnings.warn(
-                f"TPOConfig: {', '.join(changed)} do(es) not apply to TPO's loss and will be ignored",
+                f"TargetPOConfig: {', '.join(changed)} do(es) not apply to TPO's loss and will be ignored",
                 UserWarning,
                 stacklevel=3,
             )
+
+
+TPOConfig = TargetPOConfig
+"""Alias of :class:`TargetPOConfig` (see :data:`tpo_agents.trl.trainer.TPOTrainer`)."""

@@ -1,4 +1,4 @@
-"""``TPOTrainer``: TRL's ``GRPOTrainer`` with TPO's target-matching loss.
+"""``TargetPOTrainer``: TRL's ``GRPOTrainer`` with TPO's target-matching loss.
 
 Everything around the loss is TRL's own code (datasets, chat templates, generation with
 ``transformers``/vLLM, reward functions, PEFT, reference model, gradient accumulation,
@@ -11,7 +11,7 @@ logging, checkpoints); this class changes three things:
 2. **Batches keep whole groups.** TRL shuffles the rows of a generation batch before
    splitting it into ``steps_per_generation`` micro-batches; TPO shuffles whole groups, so
    each micro-batch holds whole prompt groups (with ``per_device_train_batch_size`` a
-   multiple of ``num_generations``, checked by :class:`TPOConfig`).
+   multiple of ``num_generations``, checked by :class:`TargetPOConfig`).
 3. **Loss.** :func:`tpo_agents.trl.loss.tpo_group_loss`: ``-sum_i q_i log softmax(l)_i``
    per group, ``l_i`` = completion log-prob (sum over the completion mask), ``q`` from the
    rollout-time log-probs (TRL's ``old_per_token_logps``, or the detached current ones when
@@ -30,10 +30,10 @@ from trl.trainer.utils import (
     unsplit_pixel_values_by_grid,
 )
 
-from tpo_agents.trl.config import TPOConfig
+from tpo_agents.trl.config import TargetPOConfig
 from tpo_agents.trl.loss import standardize_group_rewards, tpo_group_loss
 
-__all__ = ["TPOTrainer"]
+__all__ = ["TargetPOTrainer"]
 
 
 def shuffle_groups(batch: dict, num_generations: int) -> dict:
@@ -63,9 +63,9 @@ def _is_scalar(v) -> bool:
     return isinstance(v, torch.Tensor) and v.ndim == 0
 
 
-class TPOTrainer(GRPOTrainer):
-    """Target Policy Optimization for TRL users: swap ``GRPOTrainer`` -> ``TPOTrainer`` and
-    ``GRPOConfig`` -> :class:`~tpo_agents.trl.TPOConfig`; every other argument is the same.
+class TargetPOTrainer(GRPOTrainer):
+    """Target Policy Optimization for TRL users: swap ``GRPOTrainer`` -> ``TargetPOTrainer`` and
+    ``GRPOConfig`` -> :class:`~tpo_agents.trl.TargetPOConfig`; every other argument is the same.
 
     For each prompt, TRL samples ``num_generations`` (K) completions and scores them with the
     reward functions. TPO standardizes the K scores (``u``), forms the target
@@ -94,24 +94,24 @@ class TPOTrainer(GRPOTrainer):
     ``tpo/zero_variance_frac`` (groups whose scores are all equal: no TPO signal).
 
     Constraint: ``per_device_train_batch_size`` must be a multiple of ``num_generations``
-    (checked by :class:`TPOConfig`) so every loss computation holds whole prompt groups.
+    (checked by :class:`TargetPOConfig`) so every loss computation holds whole prompt groups.
 
     Not exercised by this repository's tests: vLLM generation, tools / environments and
     multi-process runs (see ``docs/llm_trl.md``).
     """
 
-    _tag_names = ["trl", "tpo"]
+    _tag_names = ["trl", "target-po"]
 
-    def __init__(self, model, reward_funcs=None, args: TPOConfig | None = None, *pos, **kwargs):
+    def __init__(self, model, reward_funcs=None, args: TargetPOConfig | None = None, *pos, **kwargs):
         if args is None:
             name = (
                 model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
             )
-            args = TPOConfig(output_dir=f"{str(name).rstrip('/').split('/')[-1]}-TPO")
-        if not isinstance(args, TPOConfig):
+            args = TargetPOConfig(output_dir=f"{str(name).rstrip('/').split('/')[-1]}-TargetPO")
+        if not isinstance(args, TargetPOConfig):
             raise ValueError(
-                f"TPOTrainer needs a TPOConfig (GRPOConfig plus tpo_eta / tpo_anchor); got "
-                f"{type(args).__name__}. Replace GRPOConfig(...) with TPOConfig(...)."
+                f"TargetPOTrainer needs a TargetPOConfig (GRPOConfig plus tpo_eta / tpo_anchor); got "
+                f"{type(args).__name__}. Replace GRPOConfig(...) with TargetPOConfig(...)."
             )
         self._tpo_rewards_per_func: torch.Tensor | None = None
         super().__init__(model, reward_funcs, args, *pos, **kwargs)
@@ -263,3 +263,9 @@ _MULTIMODAL_KEYS = (
     "mm_token_type_ids",
     "image_position_ids",
 )
+
+
+TPOTrainer = TargetPOTrainer
+"""Alias of :class:`TargetPOTrainer` (Target Policy Optimization). Not TRL's own
+``trl.experimental.tpo.TPOTrainer``, which is Triple Preference Optimization (arXiv
+2405.16681); prefer the unambiguous name."""

@@ -2,8 +2,8 @@
 
 * :mod:`tpo_gym.prompts.extraction`: :func:`extract_answer` (``<answer>`` tags, ``#### n``,
   ``\\boxed{}``, last number, first character, identity) and numeric comparison;
-* :mod:`tpo_gym.prompts.tasks`: the :class:`TaskSource` interface, :class:`PromptListTask`
-  and :class:`TinyArithmeticTask`;
+* :mod:`tpo_gym.prompts.tasks`: the :class:`TaskSource` interface, :class:`PromptListTask`,
+  :class:`TinyArithmeticTask` and :class:`ArithmeticTask`;
 * :mod:`tpo_gym.prompts.reasoning`: :class:`ReasoningGymTask` (``reasoning_gym`` is imported
   only when one is built);
 * :mod:`tpo_gym.prompts.gsm8k`: :class:`GSM8KTask` (a local JSONL or parquet file);
@@ -12,6 +12,7 @@
 
 from tpo_gym.prompts.env import (
     BASE_CHARSET,
+    ArithmeticEnv,
     GSM8KEnv,
     PromptEnv,
     PromptEnvResetNeeded,
@@ -28,11 +29,13 @@ from tpo_gym.prompts.extraction import (
 )
 from tpo_gym.prompts.gsm8k import GSM8KTask, load_gsm8k_records
 from tpo_gym.prompts.reasoning import ReasoningGymTask, reasoning_gym_task_names
-from tpo_gym.prompts.tasks import PromptListTask, TaskSource, TinyArithmeticTask
+from tpo_gym.prompts.tasks import ArithmeticTask, PromptListTask, TaskSource, TinyArithmeticTask
 
 __all__ = [
     "ANSWER_FORMATS",
     "BASE_CHARSET",
+    "ArithmeticEnv",
+    "ArithmeticTask",
     "GSM8KEnv",
     "GSM8KTask",
     "PromptEnv",

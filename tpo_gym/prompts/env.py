@@ -21,7 +21,7 @@ from tpo_gym.candidates import GROUP_MODE_KEY
 from tpo_gym.prompts.extraction import AnswerFormat, check_answer_format, extract_answer
 from tpo_gym.prompts.gsm8k import GSM8KTask
 from tpo_gym.prompts.reasoning import ReasoningGymTask
-from tpo_gym.prompts.tasks import PromptListTask, TaskSource, TinyArithmeticTask
+from tpo_gym.prompts.tasks import ArithmeticTask, PromptListTask, TaskSource, TinyArithmeticTask
 from tpo_gym.validation import (
     check_int,
     check_render_mode,
@@ -30,6 +30,7 @@ from tpo_gym.validation import (
 )
 
 __all__ = [
+    "ArithmeticEnv",
     "BASE_CHARSET",
     "GSM8KEnv",
     "PromptEnv",
@@ -308,9 +309,10 @@ class PromptEnv(gym.Env[str, str]):
 class ReasoningGymEnv(PromptEnv):
     """:class:`PromptEnv` over a Reasoning Gym task (ids ``ReasoningGym-v0``, ``ReasoningGym-<task>-v0``).
 
-    ``ReasoningGymEnv(task, size=500, seed=0, config=None, **kwargs)``: the source is
-    :class:`~tpo_gym.prompts.reasoning.ReasoningGymTask` (``seed`` fixes the problems; the
-    reset seed picks among them); ``kwargs`` are :class:`PromptEnv`'s. Answers in
+    ``ReasoningGymEnv(task, size=500, seed=0, config=None, split="all", test_size=100,
+    **kwargs)``: the source is :class:`~tpo_gym.prompts.reasoning.ReasoningGymTask` (``seed``
+    fixes the problems; the reset seed picks among them; ``split="train"``/``"test"`` divide
+    them by question into disjoint sets); ``kwargs`` are :class:`PromptEnv`'s. Answers in
     ``<answer></answer>`` tags by default.
     """
 
@@ -320,6 +322,8 @@ class ReasoningGymEnv(PromptEnv):
         size: int = 500,
         seed: int = 0,
         config: dict[str, Any] | None = None,
+        split: str = "all",
+        test_size: int = 100,
         **kwargs: Any,
     ) -> None:
         if task is None:
@@ -327,7 +331,10 @@ class ReasoningGymEnv(PromptEnv):
                 "ReasoningGym-v0 needs task=<a Reasoning Gym name>, e.g. "
                 "gym.make('ReasoningGym-v0', task='graph_color')"
             )
-        super().__init__(ReasoningGymTask(task, size=size, seed=seed, config=config), **kwargs)
+        source = ReasoningGymTask(
+            task, size=size, seed=seed, config=config, split=split, test_size=test_size
+        )
+        super().__init__(source, **kwargs)
 
 
 class GSM8KEnv(PromptEnv):
@@ -388,4 +395,32 @@ class TinyArithmeticEnv(PromptEnv):
         **kwargs: Any,
     ) -> None:
         source = TinyArithmeticTask(size=size, seed=seed, operations=operations)
+        super().__init__(source, max_completion_length=max_completion_length, **kwargs)
+
+
+class ArithmeticEnv(PromptEnv):
+    """:class:`PromptEnv` over multi-digit arithmetic, exact match (id ``Arithmetic-v0``).
+
+    ``ArithmeticEnv(digits=2, operations="+", split="train", test_size=500, size=None, seed=0,
+    max_completion_length=16, **kwargs)``: prompts like ``"37+48="`` (no instruction), reward
+    1.0 iff the whole stripped completion is the exact result (answer format ``"identity"``).
+    ``split="test"`` gives the ``test_size`` held-out problems that ``"train"`` never shows.
+    See :class:`~tpo_gym.prompts.tasks.ArithmeticTask`.
+    """
+
+    def __init__(
+        self,
+        digits: int = 2,
+        operations: str = "+",
+        split: str = "train",
+        test_size: int = 500,
+        size: int | None = None,
+        seed: int = 0,
+        max_completion_length: int = 16,
+        **kwargs: Any,
+    ) -> None:
+        source = ArithmeticTask(
+            digits=digits, operations=operations, split=split, test_size=test_size,
+            size=size, seed=seed,
+        )
         super().__init__(source, max_completion_length=max_completion_length, **kwargs)

@@ -42,6 +42,27 @@ def reasoning_gym_task_names() -> list[str]:
     return sorted(_import_reasoning_gym().factory.DATASETS)
 
 
+SPLITS = ("all", "train", "test")
+
+
+def _split_entries(entries: list[dict], split: str, test_size: Any) -> list[dict]:
+    """The entries of ``split``: test = those asking one of the first ``test_size`` distinct
+    questions (in dataset order), train = the rest."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if split == "all":
+        return entries
+    test_size = check_int("test_size", test_size, 1)
+    distinct = list(dict.fromkeys(e["question"] for e in entries))
+    if test_size >= len(distinct):
+        raise ValueError(
+            f"test_size must be less than the {len(distinct)} distinct questions of the "
+            f"dataset; got {test_size} (raise size=)"
+        )
+    held_out = set(distinct[:test_size])
+    return [e for e in entries if (e["question"] in held_out) == (split == "test")]
+
+
 class ReasoningGymTask(TaskSource):
     """A Reasoning Gym dataset: ``reasoning_gym.create_dataset(task, size=size, seed=seed, **config)``.
 
@@ -62,6 +83,11 @@ class ReasoningGymTask(TaskSource):
         seed: the dataset seed (int >= 0); it fixes the problems, not the order they are drawn.
         config: extra keyword arguments of the task's config class (e.g.
             ``{"min_num_vertices": 5}`` for ``graph_color``).
+        split: ``"all"`` (every entry), ``"test"`` or ``"train"``: the entries whose question
+            is one of the first ``test_size`` distinct questions are the held-out test split,
+            the others the train split. Splitting by question, not by index, keeps a question
+            that the dataset draws twice out of the train split when it is a test question.
+        test_size: distinct questions held out (int >= 1; only with ``split != "all"``).
 
     Raises:
         ValueError: an unknown task name (the message lists registered names), a bad
@@ -72,7 +98,13 @@ class ReasoningGymTask(TaskSource):
     default_instruction = ANSWER_INSTRUCTION
 
     def __init__(
-        self, task: str, size: int = 500, seed: int = 0, config: dict[str, Any] | None = None
+        self,
+        task: str,
+        size: int = 500,
+        seed: int = 0,
+        config: dict[str, Any] | None = None,
+        split: str = "all",
+        test_size: int = 100,
     ):
         rg = _import_reasoning_gym()
         registry = rg.factory.DATASETS
@@ -111,7 +143,8 @@ class ReasoningGymTask(TaskSource):
         self.seed = seed
         self.config = dict(config)
         self.dataset = dataset
-        self._entries = [dataset[i] for i in range(size)]
+        self.split = split
+        self._entries = _split_entries([dataset[i] for i in range(size)], split, test_size)
 
     def __len__(self) -> int:
         return len(self._entries)

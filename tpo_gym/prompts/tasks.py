@@ -13,9 +13,10 @@ A task source is a fixed, indexed list of prompts. :class:`TaskSource` is the in
   ``default_answer_format``) and verify it; a completion with no extractable answer scores 0
   without calling the verifier.
 
-This module holds the interface and two small sources: :class:`PromptListTask` (user-supplied
-``(prompt, verifier)`` pairs) and :class:`TinyArithmeticTask` (one-digit sums for tiny-LM
-learning tests). Reasoning Gym and GSM8K live in :mod:`tpo_gym.prompts.reasoning` and
+This module holds the interface and three small sources: :class:`PromptListTask` (user-supplied
+``(prompt, verifier)`` pairs), :class:`TinyArithmeticTask` (one-digit sums for tiny-LM
+learning tests) and :class:`ArithmeticTask` (multi-digit arithmetic with an exact-match reward
+and a held-out split). Reasoning Gym and GSM8K live in :mod:`tpo_gym.prompts.reasoning` and
 :mod:`tpo_gym.prompts.gsm8k`. Imports numpy and the standard library only (never torch).
 """
 
@@ -37,6 +38,7 @@ from tpo_gym.prompts.extraction import (
 from tpo_gym.validation import check_int, check_scalar_action, show
 
 __all__ = [
+    "ArithmeticTask",
     "PromptListTask",
     "TaskSource",
     "TinyArithmeticTask",
@@ -251,6 +253,103 @@ class TinyArithmeticTask(TaskSource):
     def metadata(self, i: int) -> dict[str, Any]:
         a, op, b = self._problems[self.check_index(i)]
         return {"a": a, "op": op, "b": b}
+
+    def verify(self, i: int, answer: str) -> float:
+        return float(answer.strip() == self.answer(i))
+
+
+SPLITS = ("train", "test", "all")
+
+
+class ArithmeticTask(TaskSource):
+    """Multi-digit arithmetic with an exact-match reward: a sparse task for small LMs.
+
+    Prompts like ``"37+48="``: two operands with ``digits`` digits each (``10..99`` for two;
+    ``0..9`` for one) and an operator from ``operations`` (``+``, ``-``, ``*``). Every unique
+    problem is enumerated and shuffled once with ``seed``; the first ``test_size`` of the
+    shuffle are the held-out ``"test"`` split, the rest the ``"train"`` split (``"all"``: both),
+    so a model trained on one split is evaluated on problems it never saw. ``size`` keeps the
+    first ``size`` problems of the split.
+
+    Reward: 1.0 iff the answer equals the exact result (default answer format
+    ``"identity"``: the whole stripped completion, so ``"85"`` scores 1 for ``"37+48="`` and
+    ``"85 "`` too, but ``"85, I think"`` and ``"085"`` score 0). One wrong digit scores 0: the
+    reward is sparse, unlike :class:`TinyArithmeticTask`'s one-character answers.
+
+    Args:
+        digits: digits per operand (int in ``1..3``).
+        operations: a non-empty string of operators from ``"+-*"``.
+        split: ``"train"``, ``"test"`` or ``"all"``.
+        test_size: problems held out as the test split (int >= 1, less than the total).
+        size: keep the first ``size`` problems of the split (``None``: all of them).
+        seed: the seed of the shuffle (int >= 0); the same seed gives the same split.
+    """
+
+    name = "arithmetic"
+    default_answer_format = "identity"
+
+    def __init__(
+        self,
+        digits: int = 2,
+        operations: str = "+",
+        split: str = "train",
+        test_size: int = 500,
+        size: int | None = None,
+        seed: int = 0,
+    ):
+        digits = check_int("digits", digits, 1)
+        if digits > 3:
+            raise ValueError(f"digits must be an int in 1..3, got {digits}")
+        if not isinstance(operations, str) or not operations or set(operations) - set("+-*"):
+            raise ValueError(
+                f"operations must be a non-empty string of '+', '-' and '*', got {operations!r}"
+            )
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        seed = check_int("seed", seed, 0)
+        low, high = (0, 10) if digits == 1 else (10 ** (digits - 1), 10**digits)
+        n_ops = len(dict.fromkeys(operations))
+        n_pairs = (high - low) ** 2
+        total = n_ops * n_pairs
+        test_size = check_int("test_size", test_size, 1)
+        if test_size >= total:
+            raise ValueError(
+                f"test_size must be less than the {total} unique problems of digits={digits}, "
+                f"operations={operations!r}; got {test_size}"
+            )
+        # A problem is an index into (operator, a, b); only the chosen slice is decoded.
+        order = np.random.default_rng(seed).permutation(total)
+        chosen = {"test": order[:test_size], "train": order[test_size:], "all": order}[split]
+        if size is not None:
+            size = check_int("size", size, 1)
+            if size > len(chosen):
+                raise ValueError(
+                    f"size must be at most {len(chosen)} (the {split} split), got {size}"
+                )
+            chosen = chosen[:size]
+        ops = list(dict.fromkeys(operations))
+        self.digits, self.operations, self.split = digits, operations, split
+        self.test_size, self.seed = test_size, seed
+        self._problems = [
+            (low + int(j % n_pairs) // (high - low), ops[int(j) // n_pairs],
+             low + int(j % n_pairs) % (high - low))
+            for j in chosen
+        ]
+
+    def __len__(self) -> int:
+        return len(self._problems)
+
+    def prompt(self, i: int) -> str:
+        a, op, b = self._problems[self.check_index(i)]
+        return f"{a}{op}{b}="
+
+    def answer(self, i: int) -> str:
+        a, op, b = self._problems[self.check_index(i)]
+        return str({"+": a + b, "-": a - b, "*": a * b}[op])
+
+    def metadata(self, i: int) -> dict[str, Any]:
+        a, op, b = self._problems[self.check_index(i)]
+        return {"a": a, "op": op, "b": b, "split": self.split}
 
     def verify(self, i: int, answer: str) -> float:
         return float(answer.strip() == self.answer(i))
