@@ -209,7 +209,7 @@ def test_config_and_trainer_reject_bad_settings(tmp_path, tiny_path):
             report_to="none",
             use_cpu=True,
         )
-    with pytest.raises(ValueError, match="TPOConfig"):
+    with pytest.raises(ValueError, match="TargetPOConfig"):
         TPOTrainer(
             model=tiny_path, reward_funcs=has_digit, args=grpo_args, train_dataset=_dataset()
         )
@@ -320,3 +320,13 @@ def test_gradient_accumulation_and_iterations_keep_groups_whole_and_targets_froz
         assert torch.equal(rec["u"], second[key]["u"]) and torch.equal(
             rec["old"], second[key]["old"]
         )
+
+
+def test_names_are_unambiguous_and_aliases_are_the_same_classes():
+    """Ours is Target PO; TRL's own experimental TPOTrainer is Triple Preference Optimization."""
+    from tpo_agents import trl as ours
+
+    assert ours.TPOTrainer is ours.TargetPOTrainer and ours.TPOConfig is ours.TargetPOConfig
+    triple = pytest.importorskip("trl.experimental.tpo")
+    assert triple.TPOTrainer is not ours.TargetPOTrainer
+    assert not issubclass(ours.TargetPOTrainer, triple.TPOTrainer)
