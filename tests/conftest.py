@@ -47,3 +47,24 @@ def arithmetic_lm(model_cache):
         return pretrained_lm("arithmetic", cache_dir=model_cache, log=None)
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test (reproducible float rounding), restored afterwards."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    """A random tiny Llama + character tokenizer saved with save_pretrained, per test module."""
+    from tpo_agents.llm.tiny import build_tiny_causal_lm
+
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    build_tiny_causal_lm(path)
+    return str(path)

@@ -26,19 +26,7 @@ from tpo_agents.policies.causal_lm import CausalLMPolicy  # noqa: E402
 TEXT = spaces.Text(max_length=64)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    build_tiny_causal_lm(path)
-    return str(path)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny_path: tests/conftest.py
 
 
 def make_policy(model=None, tokenizer=None, **kwargs) -> CausalLMPolicy:

@@ -28,19 +28,7 @@ PROMPTS = ["7", "3+4=", "12+34=", "hello world, a longer prompt"]  # 1 to 28 tok
 SAME_LENGTH = ["1+2=", "3+4=", "5+6="]  # no padding at all
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    build_tiny_causal_lm(path)
-    return str(path)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny_path: tests/conftest.py
 
 
 def tiny(bias: dict[int, float] | None = None, spread: float = 0.0, seed: int = 0):

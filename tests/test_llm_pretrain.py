@@ -225,3 +225,12 @@ def test_gpu_script_refuses_without_cuda_and_dry_runs_on_cpu(arithmetic_lm, mode
                            "--out", str(tmp_path / "gpu.json")])
     assert set(result["methods"]) == {"tpo", "trl_dapo"}
     assert (tmp_path / "gpu.md").read_text().startswith("# LLM RLVR on CPU (dry run)")
+
+
+@pytest.mark.parametrize("item", ["tpo", "tpo=fast", "tpo=-1", "sgd=1e-3"])
+def test_llm_study_rejects_a_bad_lr_choice(item, tmp_path, capsys):
+    from zoo import llm_study
+
+    with pytest.raises(SystemExit):
+        llm_study.main(["--lr", item, "--out", str(tmp_path)])
+    assert f"got {item!r}" in capsys.readouterr().err

@@ -215,22 +215,31 @@ def run_trl(method: str, cfg: dict, model_path: str, seed: int, workdir: Path) -
     return {"curve": curve, "step_seconds": seconds, "rewards": rewards}
 
 
+def cache_path(cache: Path, method: str, lr: float, seed: int) -> Path:
+    """Where the run (method, lr, seed) is cached."""
+    return cache / f"{method}__lr{lr:g}__seed{seed}.json"
+
+
 def run_one(method: str, cfg: dict, seed: int, cache: Path, workdir: Path) -> dict:
     """One (method, lr, seed) run, read from ``cache`` when it is there."""
     import torch
 
     from tpo_agents.llm.pretrain import pretrained_lm
 
-    path = cache / f"{method}__lr{cfg['lr']:g}__seed{seed}.json"
+    path = cache_path(cache, method, cfg["lr"], seed)
     if path.exists():
         return json.loads(path.read_text())
+    previous = torch.get_num_threads()
     torch.set_num_threads(cfg["threads"])
-    model_path = str(pretrained_lm(cfg["task"]))
-    start = time.perf_counter()
-    if method in ("tpo", "grpo"):
-        run = run_ours(method, cfg, model_path, seed)
-    else:
-        run = run_trl(method, cfg, model_path, seed, workdir)
+    try:
+        model_path = str(pretrained_lm(cfg["task"]))
+        start = time.perf_counter()
+        if method in ("tpo", "grpo"):
+            run = run_ours(method, cfg, model_path, seed)
+        else:
+            run = run_trl(method, cfg, model_path, seed, workdir)
+    finally:
+        torch.set_num_threads(previous)
     run.update(method=method, seed=seed, lr=cfg["lr"], config=cfg, model=model_path,
                seconds=time.perf_counter() - start)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -365,12 +374,17 @@ def plot(result: dict, path: Path) -> None:
 
 
 def _parse_lr_choice(items: list[str]) -> dict[str, float]:
+    """``["tpo=3e-5", ...]`` -> ``{"tpo": 3e-5}``; ``ValueError`` naming a bad item."""
     out = {}
     for item in items:
-        method, sep, value = item.partition("=")
-        if not sep or method not in METHODS:
-            raise argparse.ArgumentTypeError(f"--lr takes METHOD=VALUE with METHOD in {METHODS}; got {item!r}")
-        out[method] = float(value)
+        method, _, value = item.partition("=")
+        try:
+            lr = float(value)
+        except ValueError:
+            lr = float("nan")
+        if method not in METHODS or not lr > 0:
+            raise ValueError(f"--lr takes METHOD=LR with METHOD in {METHODS} and LR > 0; got {item!r}")
+        out[method] = lr
     return out
 
 
@@ -398,7 +412,10 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.k < 2 or args.steps < 1 or args.prompts < 1 or args.eval_every < 1:
         parser.error("--k must be >= 2 and --steps, --prompts, --eval-every >= 1")
-    fixed = _parse_lr_choice(args.lr)
+    try:
+        fixed = _parse_lr_choice(args.lr)
+    except ValueError as err:
+        parser.error(str(err))
     cache = args.out / "cache" / "llm" / args.task
     workdir = args.out / "cache" / "llm" / ".trl-work"
     base = dict(task=args.task, steps=args.steps, prompts=args.prompts, k=args.k,
@@ -408,8 +425,7 @@ def main(argv: list[str] | None = None) -> dict:
         cfg = dict(base, lr=lr)
         out = []
         for seed in seeds:
-            path = cache / f"{method}__lr{lr:g}__seed{seed}.json"
-            if args.cached_only and not path.exists():
+            if args.cached_only and not cache_path(cache, method, lr, seed).exists():
                 continue
             run = run_one(method, cfg, seed, cache, workdir)
             print(f"[llm {args.task}] {method} lr {lr:g} seed {seed}: held-out "

@@ -191,7 +191,31 @@ class PromptListTask(TaskSource):
         return check_score(verifier(answer), f"the verifier of prompt {i}")
 
 
-class TinyArithmeticTask(TaskSource):
+OPERATORS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+
+
+class _OperandTask(TaskSource):
+    """A source of ``"<a><op><b>="`` problems held as ``(a, op, b)`` in ``self._problems``."""
+
+    _problems: list[tuple[int, str, int]]
+
+    def __len__(self) -> int:
+        return len(self._problems)
+
+    def prompt(self, i: int) -> str:
+        a, op, b = self._problems[self.check_index(i)]
+        return f"{a}{op}{b}="
+
+    def answer(self, i: int) -> str:
+        a, op, b = self._problems[self.check_index(i)]
+        return str(OPERATORS[op](a, b))
+
+    def metadata(self, i: int) -> dict[str, Any]:
+        a, op, b = self._problems[self.check_index(i)]
+        return {"a": a, "op": op, "b": b}
+
+
+class TinyArithmeticTask(_OperandTask):
     """One-digit arithmetic for learning tests of tiny language models.
 
     Prompts like ``"3+4="`` or ``"8-5="``: two operands in ``0..9`` and an operator from
@@ -224,7 +248,7 @@ class TinyArithmeticTask(TaskSource):
             for op in dict.fromkeys(operations)
             for a in range(10)
             for b in range(10)
-            if 0 <= (a + b if op == "+" else a - b) <= 9
+            if 0 <= OPERATORS[op](a, b) <= 9
         ]
         order = np.random.default_rng(seed).permutation(len(problems))
         if size is not None:
@@ -239,21 +263,6 @@ class TinyArithmeticTask(TaskSource):
         self.seed = seed
         self._problems = [problems[int(j)] for j in order]
 
-    def __len__(self) -> int:
-        return len(self._problems)
-
-    def prompt(self, i: int) -> str:
-        a, op, b = self._problems[self.check_index(i)]
-        return f"{a}{op}{b}="
-
-    def answer(self, i: int) -> str:
-        a, op, b = self._problems[self.check_index(i)]
-        return str(a + b if op == "+" else a - b)
-
-    def metadata(self, i: int) -> dict[str, Any]:
-        a, op, b = self._problems[self.check_index(i)]
-        return {"a": a, "op": op, "b": b}
-
     def verify(self, i: int, answer: str) -> float:
         return float(answer.strip() == self.answer(i))
 
@@ -261,7 +270,7 @@ class TinyArithmeticTask(TaskSource):
 SPLITS = ("train", "test", "all")
 
 
-class ArithmeticTask(TaskSource):
+class ArithmeticTask(_OperandTask):
     """Multi-digit arithmetic with an exact-match reward: a sparse task for small LMs.
 
     Prompts like ``"37+48="``: two operands with ``digits`` digits each (``10..99`` for two;
@@ -336,20 +345,8 @@ class ArithmeticTask(TaskSource):
             for j in chosen
         ]
 
-    def __len__(self) -> int:
-        return len(self._problems)
-
-    def prompt(self, i: int) -> str:
-        a, op, b = self._problems[self.check_index(i)]
-        return f"{a}{op}{b}="
-
-    def answer(self, i: int) -> str:
-        a, op, b = self._problems[self.check_index(i)]
-        return str({"+": a + b, "-": a - b, "*": a * b}[op])
-
     def metadata(self, i: int) -> dict[str, Any]:
-        a, op, b = self._problems[self.check_index(i)]
-        return {"a": a, "op": op, "b": b, "split": self.split}
+        return {**super().metadata(i), "split": self.split}
 
     def verify(self, i: int, answer: str) -> float:
         return float(answer.strip() == self.answer(i))
