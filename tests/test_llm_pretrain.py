@@ -203,10 +203,14 @@ def test_llm_study_end_to_end_and_resume(arithmetic_lm, model_cache, tmp_path, m
     for suffix in (".json", ".md", ".png"):
         assert (tmp_path / f"llm-rlvr-arithmetic{suffix}").stat().st_size > 0
     assert "Verdict" in (tmp_path / "llm-rlvr-arithmetic.md").read_text()
-    cached = sorted(p.name for p in (tmp_path / "cache" / "llm" / "arithmetic").glob("*.json"))
+    shape = tmp_path / "cache" / "llm" / "arithmetic" / "steps2_b2_k2"
+    cached = sorted(p.name for p in shape.glob("*.json"))
     assert "tpo__lr1e-05__seed0.json" in cached and "grpo__lr1e-05__seed1.json" in cached
     again = llm_study.main([*argv, "--cached-only"])
     assert again["methods"] == result["methods"]
+    # A cached run made with other settings is refused, not silently reused.
+    with pytest.raises(ValueError, match="n_eval: cached 8, asked 4"):
+        llm_study.main([*argv[:-2], "--n-eval", "4", "--out", str(tmp_path)])
 
 
 def test_gpu_script_refuses_without_cuda_and_dry_runs_on_cpu(arithmetic_lm, model_cache,

@@ -19,7 +19,7 @@ norm 1, weight decay 0, float32 on the CPU, same sampling temperature 1; ``cfg["
 * ``trl_targetpo``: our ``tpo_agents.trl.TargetPOTrainer`` (TRL's trainer with TPO's loss).
 
 The seed sets sampling and prompt order; the starting weights are the same for every seed (the
-pretrained model). Each run is cached as JSON (``<out>/cache/llm/<task>/...``) so an
+pretrained model). Each run is cached as JSON (``<out>/cache/llm/<task>/steps<S>_b<B>_k<K>/...``) so an
 interrupted study resumes; ``--cached-only`` rebuilds the report from the cache.
 
 Usage::
@@ -215,9 +215,24 @@ def run_trl(method: str, cfg: dict, model_path: str, seed: int, workdir: Path) -
     return {"curve": curve, "step_seconds": seconds, "rewards": rewards}
 
 
-def cache_path(cache: Path, method: str, lr: float, seed: int) -> Path:
-    """Where the run (method, lr, seed) is cached."""
-    return cache / f"{method}__lr{lr:g}__seed{seed}.json"
+# The settings that change a run's result: a cached run is reused only when all of them match.
+RUN_KEYS = ("task", "steps", "prompts", "k", "eval_every", "n_eval", "lr")
+
+
+def cache_path(cache: Path, method: str, cfg: dict, seed: int) -> Path:
+    """Where the run (method, cfg, seed) is cached: the file name carries the run's shape
+    (steps, prompts x K, lr), so runs of different lengths or batch sizes never collide."""
+    shape = f"steps{cfg['steps']}_b{cfg['prompts']}_k{cfg['k']}"
+    return cache / shape / f"{method}__lr{cfg['lr']:g}__seed{seed}.json"
+
+
+def _check_cached(path: Path, run: dict, cfg: dict) -> None:
+    stored = run.get("config", {})
+    wrong = {key: (stored.get(key), cfg[key]) for key in RUN_KEYS if stored.get(key) != cfg[key]}
+    if wrong:
+        detail = ", ".join(f"{k}: cached {a!r}, asked {b!r}" for k, (a, b) in wrong.items())
+        raise ValueError(f"cached run {path} was made with other settings ({detail}); "
+                         "move it away or use another --out")
 
 
 def run_one(method: str, cfg: dict, seed: int, cache: Path, workdir: Path) -> dict:
@@ -226,9 +241,11 @@ def run_one(method: str, cfg: dict, seed: int, cache: Path, workdir: Path) -> di
 
     from tpo_agents.llm.pretrain import pretrained_lm
 
-    path = cache_path(cache, method, cfg["lr"], seed)
+    path = cache_path(cache, method, cfg, seed)
     if path.exists():
-        return json.loads(path.read_text())
+        run = json.loads(path.read_text())
+        _check_cached(path, run, cfg)
+        return run
     previous = torch.get_num_threads()
     torch.set_num_threads(cfg["threads"])
     try:
@@ -425,7 +442,7 @@ def main(argv: list[str] | None = None) -> dict:
         cfg = dict(base, lr=lr)
         out = []
         for seed in seeds:
-            if args.cached_only and not cache_path(cache, method, lr, seed).exists():
+            if args.cached_only and not cache_path(cache, method, cfg, seed).exists():
                 continue
             run = run_one(method, cfg, seed, cache, workdir)
             print(f"[llm {args.task}] {method} lr {lr:g} seed {seed}: held-out "
