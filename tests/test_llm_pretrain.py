@@ -201,8 +201,8 @@ def test_llm_study_end_to_end_and_resume(arithmetic_lm, model_cache, tmp_path, m
     assert tpo["seeds"] == [0, 1] and tpo["steps"] == [0, 1, 2]
     assert tpo["lr"] in (1e-5, 3e-5) and len(tpo["final_accuracy"]) == 2
     for suffix in (".json", ".md", ".png"):
-        assert (tmp_path / f"llm-rlvr-arithmetic{suffix}").stat().st_size > 0
-    assert "Verdict" in (tmp_path / "llm-rlvr-arithmetic.md").read_text()
+        assert (tmp_path / f"llm-rlvr-arithmetic-steps2_b2_k2{suffix}").stat().st_size > 0
+    assert "Verdict" in (tmp_path / "llm-rlvr-arithmetic-steps2_b2_k2.md").read_text()
     shape = tmp_path / "cache" / "llm" / "arithmetic" / "steps2_b2_k2"
     cached = sorted(p.name for p in shape.glob("*.json"))
     assert "tpo__lr1e-05__seed0.json" in cached and "grpo__lr1e-05__seed1.json" in cached

@@ -27,8 +27,9 @@ Usage::
     python -m zoo.llm_study --task arithmetic --methods tpo grpo --lrs 1e-4 3e-4 1e-3 --seeds 1
     python -m zoo.llm_study --task arithmetic --seeds 5 --lr tpo=3e-4 grpo=1e-3 ...
 
-Output: ``<out>/llm-rlvr-<task>.json``, ``.md`` and ``.png`` (held-out accuracy vs step, mean
-+- standard error over seeds, one line per method at its chosen learning rate).
+Output: ``<out>/llm-rlvr-<task>-steps<S>_b<B>_k<K>.json``, ``.md`` and ``.png`` (held-out
+accuracy vs step, mean +- standard error over seeds, one line per method at its chosen
+learning rate).
 """
 
 from __future__ import annotations
@@ -491,7 +492,7 @@ def main(argv: list[str] | None = None) -> dict:
         "verdict": verdict(methods),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"llm-rlvr-{args.task}"
+    stem = args.out / f"llm-rlvr-{args.task}-steps{args.steps}_b{args.prompts}_k{args.k}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     stem.with_suffix(".md").write_text(markdown(result))
     if methods:
