@@ -354,6 +354,24 @@ def test_cached_only_summarizes_finished_jobs_without_training(tmp_path, monkeyp
         run(tmp_path, "terminal", "--lengths", "4", "--seeds", "1", "--episodes", "2", "--cached-only")
 
 
+def test_cached_only_report_of_a_partial_sweep_marks_missing_settings(tmp_path):
+    # DG at H = 2 and 3, TPO at H = 3 only: the report, tables, plot and hero must not crash.
+    run(tmp_path, "terminal", "--lengths", "2", "3", "--seeds", "1", "--episodes", "2", "--methods", "dg",
+        "--workers", "1")
+    run(tmp_path, "terminal", "--lengths", "3", "--seeds", "1", "--episodes", "2", "--methods", "tpo",
+        "--workers", "1")
+    result = run(tmp_path, "terminal", "--lengths", "2", "3", "--seeds", "1", "--episodes", "2",
+                 "--methods", "tpo", "dg", "--workers", "1", "--cached-only")
+    assert set(result["methods"]["tpo"]) == {"H=3"} and set(result["methods"]["dg"]) == {"H=2", "H=3"}
+    md = (tmp_path / "terminal-paper.md").read_text()
+    assert "not run" in md
+    assert (tmp_path / "terminal-paper.png").read_bytes()[:4] == b"\x89PNG"
+    from zoo import hero
+
+    data = hero.main([str(tmp_path / "terminal-paper.json"), "--setting", "H=2"])
+    assert set(data["methods"]) == {"dg"}
+
+
 # ------------------------------------------------------------------ method names and aliases
 
 

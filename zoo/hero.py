@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +87,8 @@ def compare(result: dict, setting: str = "H=10") -> dict:
     """Per-method statistics of ``result`` at ``setting`` beside the artifact's."""
     rows = {}
     for method, per in result["methods"].items():
+        if setting not in per:  # not run at this setting: no row rather than a KeyError
+            continue
         s = per[setting]
         ours_last = s["last_iteration_error_per_seed"]
         row = {
@@ -160,7 +163,7 @@ def plot(result: dict, setting: str, path: Path, artifact_npz: Path | None = Non
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    methods = list(result["methods"])
+    methods = [m for m, per in result["methods"].items() if setting in per]
     fig, axes = plt.subplots(1, 2 if artifact_npz else 1, figsize=(11 if artifact_npz else 6, 4), squeeze=False)
     ax = axes[0, 0]
     for m in methods:
@@ -242,8 +245,11 @@ def main(argv: list[str] | None = None) -> dict:
     )
     args = parser.parse_args(argv)
     result = json.loads(args.result.read_text())
-    if any(args.setting not in per for per in result["methods"].values()):
-        parser.error(f"{args.result} has no setting {args.setting!r} for every method")
+    if not any(args.setting in per for per in result["methods"].values()):
+        parser.error(f"{args.result} has no method run at setting {args.setting!r}")
+    missing = [m for m, per in result["methods"].items() if args.setting not in per]
+    if missing:
+        print(f"[hero] not run at {args.setting}, left out: {', '.join(missing)}", file=sys.stderr)
     out = args.out or args.result.parent
     out.mkdir(parents=True, exist_ok=True)
     tag = args.setting.replace("=", "")

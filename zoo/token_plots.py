@@ -41,6 +41,8 @@ def plot(result: dict, path: Path) -> None:
         ax_e = axes[2 * (i // ncols), i % ncols]
         ax_g = axes[2 * (i // ncols) + 1, i % ncols]
         for m, per in result["methods"].items():
+            if s not in per:  # this method was not run at this setting
+                continue
             c = per[s]["curves"]
             x = np.asarray(c["steps"])
             mean, se = np.asarray(c["error_mean"]), np.asarray(c["error_se"])
@@ -83,11 +85,11 @@ def _plot_sweep(ax, result: dict, settings: list[str], sweep: tuple[str, str], c
         ax.axis("off")
         return
     for m, per in result["methods"].items():
-        y = np.array([100 * per[s]["final_error"] for s in settings])
-        yerr = np.array([100 * per[s]["final_error_se"] for s in settings])
-        ax.errorbar(
-            xs, np.maximum(y, 1e-3), yerr=yerr, marker="o", capsize=3, label=label(m), color=colors.get(m)
-        )
+        have = [(x, s) for x, s in zip(xs, settings) if s in per]
+        y = np.array([100 * per[s]["final_error"] for _, s in have])
+        yerr = np.array([100 * per[s]["final_error_se"] for _, s in have])
+        ax.errorbar([x for x, _ in have], np.maximum(y, 1e-3), yerr=yerr, marker="o", capsize=3,
+                    label=label(m), color=colors.get(m))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(xs)

@@ -30,8 +30,12 @@ def _fmt(summary: dict, metric: str) -> str:
     return "-" if value is None else str(value)
 
 
-def _cell(summary: dict, metric: str, paper: Mapping, key: tuple[str, str]) -> str:
-    ours = _fmt(summary, metric)
+# A method not run at a setting (a --cached-only report of a partial sweep) shows this.
+NOT_RUN = "not run"
+
+
+def _cell(summary: dict | None, metric: str, paper: Mapping, key: tuple[str, str]) -> str:
+    ours = NOT_RUN if summary is None else _fmt(summary, metric)
     return f"{ours} ({paper[key]})" if key in paper else ours
 
 
@@ -41,7 +45,7 @@ def grid_table(result: dict, metric: str, paper: Mapping, settings_rows: bool = 
     settings = setting_order(result)
 
     def cell(m: str, s: str) -> str:
-        return _cell(result["methods"][m][s], metric, paper, (m, s))
+        return _cell(result["methods"][m].get(s), metric, paper, (m, s))
 
     if settings_rows:
         head = ["setting"] + [label(m) for m in methods]
@@ -57,7 +61,8 @@ def _per_method_table(result: dict, value: Callable[[dict], str]) -> list[str]:
     settings = setting_order(result)
     lines = ["| method | " + " | ".join(settings) + " |", "|" + "---|" * (len(settings) + 1)]
     for m, per in result["methods"].items():
-        lines.append(f"| {label(m)} | " + " | ".join(value(per[s]) for s in settings) + " |")
+        cells = (value(per[s]) if s in per else NOT_RUN for s in settings)
+        lines.append(f"| {label(m)} | " + " | ".join(cells) + " |")
     return lines
 
 
