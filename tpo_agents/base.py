@@ -68,7 +68,7 @@ class GroupedAlgorithm(BaseAlgorithm):
         algorithm's (TPO 4), but 1 on ``critic`` groups.
     :param n_envs: sub-envs when the env is built here (default: ``batch_size`` for
         native vector envs, ``n_candidates`` otherwise).
-    :param group_mode: ``"auto"`` or one of ``all_actions``, ``critic``, ``per_state``,
+    :param group_mode: ``"auto"`` or one of ``all_actions``, ``branch``, ``critic``, ``per_state``,
         ``sequence``, ``single`` (see :mod:`tpo_agents.rollout` and docs/algorithms.md, 4).
     :param logp_reduction: ``"sum"`` (the paper) or ``"mean"`` of a sequence candidate's
         step log-probs.
@@ -77,6 +77,8 @@ class GroupedAlgorithm(BaseAlgorithm):
     :param optimizer_kwargs: its extra arguments.
     :param critic_kwargs: options of the learned critic of ``critic`` groups
         (:class:`~tpo_agents.rollout.critic.QCritic`).
+    :param branch_kwargs: options of ``branch`` groups, ``horizon`` and ``gamma``
+        (:class:`~tpo_agents.rollout.branching.BranchScorer`).
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
@@ -103,6 +105,7 @@ class GroupedAlgorithm(BaseAlgorithm):
         optimizer_kwargs: dict[str, Any] | None = None,
         policy_kwargs: dict[str, Any] | None = None,
         critic_kwargs: dict[str, Any] | None = None,
+        branch_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         verbose: int = 0,
@@ -129,6 +132,10 @@ class GroupedAlgorithm(BaseAlgorithm):
             max_grad_norm = real_number("max_grad_norm (or None)", max_grad_norm, above=0.0)
         self._saved_by = type(self).__name__  # load() refuses files of another algorithm
         self.critic_kwargs = dict(critic_kwargs or {})
+        self.branch_kwargs = dict(branch_kwargs or {})
+        unknown = set(self.branch_kwargs) - {"horizon", "gamma"}
+        if unknown:
+            raise ValueError(f"branch_kwargs takes 'horizon' and 'gamma'; got {sorted(unknown)}")
         self.group_mode = group_mode
         self.logp_reduction = logp_reduction
         self.max_grad_norm = max_grad_norm
@@ -241,7 +248,8 @@ class GroupedAlgorithm(BaseAlgorithm):
         return state
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_batch", "_group_mode", "_np_rng"]
+        # The branch scorer holds the live env's sub-envs: rebuilt from the env after a load.
+        return [*super()._excluded_save_params(), "_batch", "_group_mode", "_np_rng", "_branch_scorer", "_branch_scorer_env"]
 
     @classmethod
     def load(
@@ -327,8 +335,18 @@ class GroupedAlgorithm(BaseAlgorithm):
                 f"{self.num_timesteps + 1} (sub-env {int(bad[0])}); rewards must be finite numbers"
             )
 
-    def _critic_for_mode(self):
-        """The learned scorer of ``critic`` groups, built on first use (None otherwise)."""
+    def _scorer_for_mode(self):
+        """The scorer of ``critic`` groups (a learned critic) or ``branch`` groups (copies of
+        the env's state), built on first use; None in other modes."""
+        if self._group_mode == "branch":
+            from tpo_agents.rollout.branching import BranchScorer
+
+            if getattr(self, "_branch_scorer", None) is None or self._branch_scorer_env is not self.env:
+                self._branch_scorer = BranchScorer(self.env, **self.branch_kwargs)
+                self._branch_scorer_env = self.env
+                if self.verbose:
+                    print(f"{type(self).__name__}: scoring candidates by branching copies of {_env_label(self.env)} (group_mode='branch')")
+            return self._branch_scorer
         if self._group_mode != "critic":
             return None
         if getattr(self, "critic", None) is None:
@@ -370,12 +388,14 @@ class GroupedAlgorithm(BaseAlgorithm):
             check_rewards=self._check_finite_rewards,
             logp_reduction=self.logp_reduction,
             start_time=self.start_time,
-            critic=self._critic_for_mode(),
+            scorer=self._scorer_for_mode(),
         )
         self.policy.set_training_mode(False)
         callback.on_rollout_start()
         batch = collector.collect(ctx, self.batch_size)
         self._last_obs, self._episode_in_progress = ctx.last_obs, ctx.episode_in_progress
+        if hasattr(ctx.scorer, "env_steps"):
+            self.logger.record("rollout/branch_env_steps", ctx.scorer.env_steps)
         if batch is None:
             return False
         self._batch = batch

@@ -53,7 +53,7 @@ class GRPO(GroupedAlgorithm):
     def default_group_mode(self, hint: str | None, can_score: bool) -> str:
         if hint == "all_actions":
             return "single"
-        if hint == "sequence":
+        if hint in ("branch", "sequence"):
             return hint
         if can_score:
             return "per_state"

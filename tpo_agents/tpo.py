@@ -23,8 +23,10 @@ class TPO(GroupedAlgorithm):
     Groups (``group_mode="auto"``): all actions with sampled-feedback scores on bandit
     envs; K candidates per state scored by ``score_candidates`` when the env offers it;
     K rollouts per context from seeded resets on token envs under terminal reward (and
-    where wrappers hide the env's scores); on any other env (CartPole, ...) every action of
-    each visited state, scored by a learned critic (``critic``).
+    where wrappers hide the env's scores); candidates played from copies of the state on
+    envs whose metadata asks for it (``tpo_group_mode="branch"``; any copyable env with
+    ``group_mode="branch"``); on any other env (CartPole, ...) every action of each visited
+    state, scored by a learned critic (``critic``).
 
     :param eta: target temperature (> 0); smaller moves further from p_old.
     :param anchor: False gives TPO-no-anchor, ``q = softmax(u / eta)``.
@@ -37,7 +39,7 @@ class TPO(GroupedAlgorithm):
         super().__init__(policy, env, *args, **kwargs)
 
     def default_group_mode(self, hint: str | None, can_score: bool) -> str:
-        if hint in ("all_actions", "sequence"):
+        if hint in ("all_actions", "branch", "sequence"):
             return hint
         if can_score:
             return "per_state"

@@ -41,8 +41,9 @@ class RolloutContext:
     :param check_rewards: ``check_rewards(values, where)`` raises on unusable rewards.
     :param logp_reduction: ``"sum"`` or ``"mean"`` of a candidate's step log-probs.
     :param start_time: when training started (``time.time_ns()``), for episode records.
-    :param critic: the learned scorer of ``critic`` groups
-        (:class:`~tpo_agents.rollout.critic.QCritic`), None in other modes.
+    :param scorer: what scores the candidates of ``critic`` groups (the learned
+        :class:`~tpo_agents.rollout.critic.QCritic`) or ``branch`` groups
+        (:class:`~tpo_agents.rollout.branching.BranchScorer`); None in other modes.
     """
 
     env: Any
@@ -55,7 +56,7 @@ class RolloutContext:
     check_rewards: Callable[[np.ndarray, str], None] = _no_check
     logp_reduction: str = "sum"
     start_time: int = field(default=0)
-    critic: Any = None
+    scorer: Any = None
 
     @property
     def n_envs(self) -> int:

@@ -15,7 +15,7 @@ from tpo_agents.rollout.context import Collector
 
 __all__ = ["GROUP_MODES", "policy_kind", "collector_for"]
 
-GROUP_MODES = ("all_actions", "critic", "per_state", "sequence", "single")
+GROUP_MODES = ("all_actions", "branch", "critic", "per_state", "sequence", "single")
 
 
 def policy_kind(policy: Any) -> str:

@@ -12,6 +12,11 @@
     K full rollouts per context; the score is the episode return. Contexts are replayed
     by K resets with the same seed, so any env whose reset is deterministic given a seed
     works (CartPole, Acrobot, ...).
+``branch``
+    Envs whose state can be copied: at each visited state every action (or K sampled ones)
+    is played from a deep copy of the state for a short lookahead under the current policy
+    (:mod:`~tpo_agents.rollout.branching`); one sampled action is followed. Branch steps
+    are simulation and are not counted as timesteps.
 ``critic``
     Envs without scores of their own (CartPole, FrozenLake, ...): at each visited state one
     sampled action is followed and the group is every action, scored by a learned
@@ -38,7 +43,7 @@ from tpo_agents.rollout.context import Collector, RolloutContext
 from tpo_agents.rollout.envs import GymnasiumVecEnv
 from tpo_agents.rollout.scoring import score_candidates
 
-__all__ = ["STEP_COLLECTORS", "AllActionsCollector", "CriticCollector", "PerStateCollector", "SequenceCollector", "SingleCollector"]
+__all__ = ["STEP_COLLECTORS", "AllActionsCollector", "BranchCollector", "CriticCollector", "PerStateCollector", "SequenceCollector", "SingleCollector"]
 
 
 def _stack_states(states: list[np.ndarray]) -> np.ndarray:
@@ -121,15 +126,46 @@ class CriticCollector(Collector):
             new_obs, rewards, dones, infos = stepped
             truncated = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
             terminated = np.asarray(dones, dtype=bool) & ~truncated
-            ctx.critic.add(obs, actions, rewards, _true_next_obs(new_obs, dones, infos), terminated)
+            ctx.scorer.add(obs, actions, rewards, _true_next_obs(new_obs, dones, infos), terminated)
             states.append(obs)
             collected += len(actions)
-        ctx.critic.update(ctx.policy)
+        ctx.scorer.update(ctx.policy)
         visited = _stack_states(states)
         every_action = torch.arange(n_actions).repeat(len(visited), 1)
-        batch = _state_groups([visited], every_action, ctx.critic.advantages(visited, ctx.policy))
+        batch = _state_groups([visited], every_action, ctx.scorer.advantages(visited, ctx.policy))
         batch.standardized = True
         return self.finish(ctx, batch)
+
+
+class BranchCollector(Collector):
+    """One group per visited state, scored by playing each candidate from a copy of the
+    state (:class:`~tpo_agents.rollout.branching.BranchScorer`); one sampled action is
+    followed. The group is every action when there are at most K, else K sampled ones."""
+
+    mode = "branch"
+
+    def collect(self, ctx: RolloutContext, n_groups: int) -> GroupBatch | None:
+        n_actions = int(ctx.env.action_space.n)
+        states, cands, scores = [], [], []
+        collected = 0
+        while collected < n_groups:
+            obs = ctx.last_obs
+            log_probs = self.policy_log_probs(ctx, obs)
+            if n_actions <= ctx.n_candidates:
+                candidates = torch.arange(n_actions).repeat(len(log_probs), 1)
+                follow = ctx.policy.sample(log_probs, 1).squeeze(-1)
+            else:
+                candidates = ctx.policy.sample(log_probs, ctx.n_candidates)
+                follow = candidates[:, 0]
+            s = ctx.scorer.score(candidates.numpy(), ctx.policy)
+            ctx.check_rewards(s, "branch returns")
+            if ctx.step(follow.numpy()) is None:
+                return None
+            states.append(obs)
+            cands.append(candidates)
+            scores.append(torch.as_tensor(s, dtype=torch.float32))
+            collected += len(candidates)
+        return self.finish(ctx, _state_groups(states, torch.cat(cands), torch.cat(scores)))
 
 
 class PerStateCollector(Collector):
@@ -299,5 +335,5 @@ class SequenceCollector(Collector):
 
 
 STEP_COLLECTORS = {
-    c.mode: c for c in (AllActionsCollector, CriticCollector, PerStateCollector, SequenceCollector, SingleCollector)
+    c.mode: c for c in (AllActionsCollector, BranchCollector, CriticCollector, PerStateCollector, SequenceCollector, SingleCollector)
 }
