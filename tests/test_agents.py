@@ -284,9 +284,11 @@ def test_nan_reward_names_the_step():
         model.learn(100)
 
 
-def test_box_action_space_is_rejected_clearly():
-    with pytest.raises(ValueError, match=r"supports Discrete action spaces only; got Box"):
-        TPO("MlpPolicy", "Pendulum-v1")
+def test_box_actions_take_the_gaussian_policy_and_branch_groups_by_default():
+    model = TPO("MlpPolicy", "Pendulum-v1")
+    assert type(model.policy).__name__ == "GaussianMlpPolicy" and model.resolve_group_mode() == "branch"
+    with pytest.raises(ValueError, match=r"with group_mode='branch' only.*got group_mode='critic'"):
+        GRPO("MlpPolicy", "Pendulum-v1", group_mode="critic")
 
 
 @pytest.mark.parametrize(

@@ -41,11 +41,11 @@ class AlwaysRight:
     def obs_to_tensor(self, obs):
         return torch.as_tensor(obs), True
 
-    def action_log_probs(self, obs):
-        return torch.log(torch.tensor([[1e-9, 1.0]])).repeat(len(obs), 1)
+    def sample_actions(self, obs, n=1):
+        return torch.ones(len(obs), n, dtype=torch.long)
 
-    def sample(self, log_probs, n=1):
-        return log_probs.argmax(-1, keepdim=True).repeat(1, n)
+    def env_actions(self, actions):
+        return np.asarray(actions)
 
 
 def _chain_vec(*starts: int) -> DummyVecEnv:
@@ -131,3 +131,71 @@ def test_tpo_balances_cartpole_by_branching():
     model.learn(20_000)
     mean_return, _ = evaluate_policy(model, gym.make("CartPole-v1"), n_eval_episodes=10, deterministic=True)
     assert mean_return >= 200, mean_return  # a random policy: ~20 (measured: 424 at seed 0)
+
+
+# ----------------------------------------------------------------------------- Box actions
+
+
+class Reach(gym.Env):
+    """One-step episodes: the observation is a target in [-1, 1], the reward -(a - target)^2."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = spaces.Box(-2.0, 2.0, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.target = self.np_random.uniform(-1, 1, size=1).astype(np.float32)
+        return self.target, {}
+
+    def step(self, action):
+        reward = -float(((np.asarray(action) - self.target) ** 2).sum())
+        return self.target, reward, True, False, {}
+
+
+def test_the_gaussian_policy_samples_scores_and_clips_like_a_diagonal_normal():
+    from tpo_agents.policies import GaussianMlpPolicy
+
+    policy = GaussianMlpPolicy(spaces.Box(-1, 1, (3,)), spaces.Box(-1.0, 1.0, (2,), np.float32), lambda _: 1e-3,
+                               log_std_init=-0.5)
+    obs = torch.randn(4, 3)
+    actions = policy.sample_actions(obs, 5)
+    assert actions.shape == (4, 5, 2)
+    rows = torch.tensor([0, 3, 3])
+    picked = torch.randn(3, 2)
+    mean = policy.mean_net(obs)[rows]
+    std = torch.exp(torch.tensor(-0.5))
+    by_hand = (-((picked - mean) ** 2) / (2 * std**2) - torch.log(std) - 0.5 * np.log(2 * np.pi)).sum(-1)
+    torch.testing.assert_close(policy.step_log_probs(obs, rows, picked), by_hand)
+    assert policy.env_actions(np.array([[3.0, -0.5]])).tolist() == [[1.0, -0.5]]
+    with pytest.raises(ValueError, match="needs a one-dimensional Box action space"):
+        GaussianMlpPolicy(spaces.Box(-1, 1, (3,)), spaces.Discrete(2), lambda _: 1e-3)
+
+
+def test_tpo_learns_box_actions_from_branch_groups_and_saves(tmp_path):
+    model = TPO("MlpPolicy", Reach(), seed=0, batch_size=32, branch_kwargs={"horizon": 1})
+    assert type(model.policy).__name__ == "GaussianMlpPolicy" and model.resolve_group_mode() == "branch"
+    obs = np.linspace(-1, 1, 9, dtype=np.float32)[:, None]
+    before = np.abs(model.predict(obs, deterministic=True)[0] - obs).mean()
+    model.learn(4000)
+    assert model._batch.step_action.shape[1:] == (1,) and model._batch.group_size == 8
+    after = np.abs(model.predict(obs, deterministic=True)[0] - obs).mean()
+    assert after < 0.2 < before, (before, after)  # the mean action tracks the target
+    model.save(tmp_path / "box.zip")
+    loaded = TPO.load(tmp_path / "box.zip", env=Reach())
+    np.testing.assert_allclose(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
+    loaded.learn(64)
+
+
+def test_box_actions_need_branch_groups():
+    from tpo_agents import DG
+
+    with pytest.raises(ValueError, match="Box actions .* with group_mode='branch' only.*'sequence'"):
+        TPO("MlpPolicy", Reach(), group_mode="sequence")
+    with pytest.raises(ValueError, match="with group_mode='branch' only.*'single'"):
+        DG("MlpPolicy", Reach())
+
+    class Planar(Reach):
+        action_space = spaces.Box(-1.0, 1.0, (2, 2), np.float32)
+
+    with pytest.raises(ValueError, match="one-dimensional Box ones"):
+        TPO("MlpPolicy", Planar(), group_mode="branch")

@@ -35,6 +35,7 @@ from tpo_agents.checks import (
     timesteps,
 )
 from tpo_agents.policies.causal_lm import CausalLMPolicy
+from tpo_agents.policies.gaussian import GaussianMlpPolicy
 from tpo_agents.policies.mlp import MlpPolicy
 from tpo_agents.policies.transformer import TransformerPolicy
 from tpo_agents.rollout import (
@@ -83,6 +84,7 @@ class GroupedAlgorithm(BaseAlgorithm):
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpPolicy": MlpPolicy,
+        "GaussianMlpPolicy": GaussianMlpPolicy,
         "TransformerPolicy": TransformerPolicy,
         "CausalLMPolicy": CausalLMPolicy,
     }
@@ -150,6 +152,9 @@ class GroupedAlgorithm(BaseAlgorithm):
             policy_kwargs["optimizer_kwargs"] = optimizer_kwargs
         if env is not None:
             env = self._build_env(env, n_envs, seed)
+            if isinstance(env.action_space, spaces.Box) and policy_class is MlpPolicy:
+                policy = policy_class = GaussianMlpPolicy  # "MlpPolicy" on Box actions, as in SB3
+                self.policy_class = policy_class
         super().__init__(
             policy=policy,
             env=env,
@@ -161,7 +166,7 @@ class GroupedAlgorithm(BaseAlgorithm):
             device=device,
             support_multi_env=True,
             seed=seed,
-            supported_action_spaces=(spaces.Text,) if self._language_model else (spaces.Discrete,),
+            supported_action_spaces=(spaces.Text,) if self._language_model else (spaces.Discrete, spaces.Box),
         )
         self._batch: GroupBatch | None = None
         self.last_train_stats: dict[str, float] = {}
@@ -318,7 +323,12 @@ class GroupedAlgorithm(BaseAlgorithm):
             check_can_score(facts)
         if self.group_mode != "auto":
             return self.group_mode
-        return self.default_group_mode(facts.hint, facts.can_score)
+        mode = self.default_group_mode(facts.hint, facts.can_score)
+        if isinstance(facts.action_space, spaces.Box) and mode != "single":
+            # Continuous actions: K sampled actions per state, played from copies of the state
+            # (single-sample agents keep "single", which then refuses Box actions clearly).
+            return "branch"
+        return mode
 
     def resolve_group_mode(self) -> str:
         """The group mode this agent collects with on its env (``group_mode``, or the

@@ -1,6 +1,7 @@
-"""Policies for the grouped agents: every policy maps observations to action logits."""
+"""Policies for the grouped agents: categorical (action logits) and, for Box actions, Gaussian."""
 
 from tpo_agents.policies.base import CategoricalPolicy
+from tpo_agents.policies.gaussian import GaussianMlpPolicy
 from tpo_agents.policies.mlp import MlpPolicy
 from tpo_agents.policies.transformer import (
     CausalTransformer,
@@ -12,6 +13,7 @@ from tpo_agents.policies.transformer import (
 __all__ = [
     "CategoricalPolicy",
     "CausalTransformer",
+    "GaussianMlpPolicy",
     "MlpPolicy",
     "TransformerActorCriticPolicy",
     "TransformerExtractor",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
@@ -29,6 +30,19 @@ class CategoricalPolicy(BasePolicy):
     def sample(self, log_probs: torch.Tensor, n: int = 1, generator: torch.Generator | None = None) -> torch.Tensor:
         """``n`` actions per row drawn from ``exp(log_probs)``, shape ``[N, n]``."""
         return torch.multinomial(log_probs.exp(), n, replacement=True, generator=generator)
+
+    def sample_actions(self, obs: PyTorchObs, n: int = 1) -> torch.Tensor:
+        """``n`` actions per observation, shape ``[N, n]`` (the interface the Gaussian
+        policy shares, :class:`~tpo_agents.policies.gaussian.GaussianMlpPolicy`)."""
+        return self.sample(self.action_log_probs(obs).float().cpu(), n)
+
+    def step_log_probs(self, obs: PyTorchObs, rows: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """``log pi(actions[i] | obs[rows[i]])``, shape ``[M]``."""
+        return self.action_log_probs(obs)[rows, actions]
+
+    def env_actions(self, actions: np.ndarray) -> np.ndarray:
+        """Actions as the env takes them (discrete actions as they are)."""
+        return np.asarray(actions)
 
     def forward(self, obs: PyTorchObs, deterministic: bool = False) -> torch.Tensor:
         return self._predict(obs, deterministic)

@@ -57,7 +57,7 @@ class GroupBatch(Groups):
 
     :param states: observations, one row per distinct state (numpy, as the env gives them).
     :param step_state: ``[n_steps]`` index into ``states`` of each step.
-    :param step_action: ``[n_steps]`` action of each step.
+    :param step_action: ``[n_steps]`` action of each step (``[n_steps, d]`` for ``Box`` actions).
     :param step_candidate: ``[n_steps]`` flat candidate index ``g * K + k`` of each step.
     :param scores: ``[G, K]`` raw scores (rewards or returns) of each candidate.
     :param mask: ``[G, K]`` bool, False for padded candidates.
@@ -95,9 +95,7 @@ class GroupBatch(Groups):
     def log_probs(self, policy: CategoricalPolicy) -> torch.Tensor:
         """``[G, K]`` log pi(candidate | context) under ``policy`` (with gradient)."""
         obs, _ = policy.obs_to_tensor(self.states)
-        table = policy.action_log_probs(obs)
-        step_logp = table[self.step_state, self.step_action]
-        return self.reduce_steps(step_logp)
+        return self.reduce_steps(policy.step_log_probs(obs, self.step_state, self.step_action))
 
     def reduce_steps(self, step_logp: torch.Tensor) -> torch.Tensor:
         """Sum (or average) per-step log-probs into ``[G, K]`` candidate log-probs."""

@@ -86,13 +86,15 @@ class BranchScorer:
 
     @torch.no_grad()
     def score(self, candidates: np.ndarray, policy: Any) -> np.ndarray:
-        """Scores ``[n_envs, K]`` (float64) of ``candidates`` ``[n_envs, K]`` in the sub-envs'
-        current states; later branch actions are sampled from ``policy``."""
-        n, K = candidates.shape
+        """Scores ``[n_envs, K]`` (float64) of ``candidates`` (``[n_envs, K]``, or
+        ``[n_envs, K, d]`` for ``Box`` actions) in the sub-envs' current states; later branch
+        actions are sampled from ``policy`` (its ``sample_actions`` and ``env_actions``)."""
+        n, K = candidates.shape[:2]
         if n != len(self.envs):
             raise ValueError(f"candidates have {n} rows; the env has {len(self.envs)} sub-envs")
         branches = [self._copy(i) for i in range(n) for _ in range(K)]
-        actions = np.array(candidates, dtype=np.int64).reshape(-1)  # a copy: later steps overwrite it
+        # A copy (later steps overwrite it), one row per branch; Box actions keep their dims.
+        actions = np.array(candidates).reshape(n * K, *candidates.shape[2:])
         returns = np.zeros(n * K)
         active = np.ones(n * K, dtype=bool)
         obs: list[Any] = [None] * (n * K)
@@ -103,10 +105,11 @@ class BranchScorer:
                 if len(idx) == 0:
                     break
                 obs_t, _ = policy.obs_to_tensor(np.stack([obs[j] for j in idx]))
-                sampled = policy.sample(policy.action_log_probs(obs_t).float().cpu(), 1).squeeze(-1)
-                actions[idx] = sampled.numpy()
+                actions[idx] = policy.sample_actions(obs_t, 1)[:, 0].cpu().numpy()
+            stepped = policy.env_actions(actions)
             for j in np.flatnonzero(active):
-                o, r, terminated, truncated, _ = branches[j].step(actions[j].item())
+                a = stepped[j]
+                o, r, terminated, truncated, _ = branches[j].step(a.item() if a.ndim == 0 else a)
                 returns[j] += discount * float(r)
                 obs[j] = o
                 if terminated or truncated:

@@ -53,12 +53,13 @@ def _stack_states(states: list[np.ndarray]) -> np.ndarray:
 def _state_groups(
     states: list[np.ndarray], actions: torch.Tensor, scores: torch.Tensor, baseline: torch.Tensor | None = None
 ) -> GroupBatch:
-    """A batch with one group per visited state: ``actions[g]`` are its K candidates."""
-    G, K = actions.shape
+    """A batch with one group per visited state: ``actions[g]`` are its K candidates
+    (``[G, K]``, or ``[G, K, d]`` for ``Box`` actions)."""
+    G, K = actions.shape[:2]
     return GroupBatch(
         states=_stack_states(states),
         step_state=torch.arange(G).repeat_interleave(K),
-        step_action=actions.flatten(),
+        step_action=actions.flatten(0, 1),
         step_candidate=torch.arange(G * K),
         scores=scores,
         mask=torch.ones(G, K, dtype=torch.bool),
@@ -145,21 +146,22 @@ class BranchCollector(Collector):
     mode = "branch"
 
     def collect(self, ctx: RolloutContext, n_groups: int) -> GroupBatch | None:
-        n_actions = int(ctx.env.action_space.n)
+        n_actions = getattr(ctx.env.action_space, "n", None)  # None: Box actions
         states, cands, scores = [], [], []
         collected = 0
         while collected < n_groups:
             obs = ctx.last_obs
-            log_probs = self.policy_log_probs(ctx, obs)
-            if n_actions <= ctx.n_candidates:
-                candidates = torch.arange(n_actions).repeat(len(log_probs), 1)
-                follow = ctx.policy.sample(log_probs, 1).squeeze(-1)
-            else:
-                candidates = ctx.policy.sample(log_probs, ctx.n_candidates)
-                follow = candidates[:, 0]
+            with torch.no_grad():
+                obs_t, _ = ctx.policy.obs_to_tensor(obs)
+                if n_actions is not None and int(n_actions) <= ctx.n_candidates:
+                    candidates = torch.arange(int(n_actions)).repeat(ctx.n_envs, 1)
+                    follow = ctx.policy.sample_actions(obs_t, 1)[:, 0].cpu()
+                else:
+                    candidates = ctx.policy.sample_actions(obs_t, ctx.n_candidates).cpu()
+                    follow = candidates[:, 0]
             s = ctx.scorer.score(candidates.numpy(), ctx.policy)
             ctx.check_rewards(s, "branch returns")
-            if ctx.step(follow.numpy()) is None:
+            if ctx.step(ctx.policy.env_actions(follow.numpy())) is None:
                 return None
             states.append(obs)
             cands.append(candidates)

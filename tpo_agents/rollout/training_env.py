@@ -41,6 +41,7 @@ class EnvFacts:
     :param native: it is registered with a native (numpy) vector implementation, so its
         vector env is sized to gather a whole batch in one pass.
     :param observation_space: a single env's observation space.
+    :param action_space: a single env's action space.
     """
 
     name: str
@@ -49,6 +50,7 @@ class EnvFacts:
     hidden_by: tuple[str, ...] = ()
     native: bool = False
     observation_space: Any = None
+    action_space: Any = None
 
 
 def _name(env: Any) -> str:
@@ -75,7 +77,8 @@ def _facts_of_instance(env: Any, native: bool) -> EnvFacts:
     scores = hasattr(getattr(env, "unwrapped", env), "score_candidates")
     hint = (getattr(env, "metadata", None) or {}).get("tpo_group_mode")
     space = getattr(env, "single_observation_space", None) or env.observation_space
-    return EnvFacts(_name(env), hint, scores and not hidden, hidden, native, space)
+    actions = getattr(env, "single_action_space", None) or env.action_space
+    return EnvFacts(_name(env), hint, scores and not hidden, hidden, native, space, actions)
 
 
 def env_facts(env: Any) -> EnvFacts:
@@ -88,7 +91,8 @@ def env_facts(env: Any) -> EnvFacts:
         except AttributeError:
             scores = False
         hidden = tuple(scores_hidden_by_wrappers(env))
-        return EnvFacts(_vec_name(env), hint, scores and not hidden, hidden, observation_space=env.observation_space)
+        return EnvFacts(_vec_name(env), hint, scores and not hidden, hidden,
+                        observation_space=env.observation_space, action_space=env.action_space)
     if isinstance(env, VectorEnv):
         return _facts_of_instance(env, native=False)
     if isinstance(env, str):
@@ -122,12 +126,20 @@ def check_can_score(facts: EnvFacts) -> None:
     )
 
 
-def _check_action_space(algo: str, action_space: spaces.Space) -> None:
-    if not isinstance(action_space, spaces.Discrete):
+def _check_action_space(algo: str, action_space: spaces.Space, mode: str) -> None:
+    if isinstance(action_space, spaces.Discrete):
+        return
+    if isinstance(action_space, spaces.Box) and len(action_space.shape) == 1:
+        if mode == "branch":
+            return
         raise ValueError(
-            f"{algo} supports Discrete action spaces only; got {action_space}. "
-            "(Continuous actions have no finite candidate set to form groups over.)"
+            f"{algo} trains on Box actions ({action_space}) with group_mode='branch' only (K "
+            f"sampled actions per state, each played from a copy of the state); got group_mode={mode!r}"
         )
+    raise ValueError(
+        f"{algo} supports Discrete action spaces, and one-dimensional Box ones with "
+        f"group_mode='branch'; got {action_space}"
+    )
 
 
 def _check_observations(policy_name: str, space: spaces.Space, env_name: str) -> None:
@@ -188,7 +200,7 @@ def build_training_env(
         if n_envs is None:
             n_envs = (batch_size * n_candidates if mode == "sequence" else batch_size) if facts.native else n_candidates
         vec = make_training_env(env, n_envs, seed)
-    _check_action_space(algo, vec.action_space)
+    _check_action_space(algo, vec.action_space, mode)
     if policy_kind(policy) == "token":
         _check_token_env(policy_name, vec, env)
     return vec, mode

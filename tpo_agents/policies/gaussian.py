@@ -1,0 +1,117 @@
+"""A diagonal-Gaussian MLP policy for ``Box`` action spaces (SB3 ``BasePolicy``).
+
+Continuous actions have no finite candidate set, so a group is K actions *sampled* from the
+policy at a visited state (``branch`` groups, docs/algorithms.md 4.6), and a candidate's
+log-probability is its Gaussian log-density. TPO's target over the group is then
+``q_k ∝ p_old(a_k) exp(u_k)`` renormalized over the K samples, as for sampled sequences.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.torch_layers import (
+    BaseFeaturesExtractor,
+    FlattenExtractor,
+    create_mlp,
+)
+from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
+from torch import nn
+
+__all__ = ["GaussianMlpPolicy"]
+
+
+class GaussianMlpPolicy(BasePolicy):
+    """Features -> MLP -> the mean of a diagonal Gaussian; a learned, state-independent
+    log standard deviation (SB3's parametrisation). Actions are not squashed: they are clipped
+    to the ``Box`` bounds when the env is stepped and by ``predict``, as SB3's PPO does.
+    ``predict(obs, deterministic=True)`` is the mean.
+
+    :param observation_space: any space SB3's extractors take.
+    :param action_space: a bounded or unbounded ``Box``.
+    :param lr_schedule: learning-rate schedule (its value at progress 1 is the start lr).
+    :param net_arch: hidden layer sizes of the mean network.
+    :param activation_fn: activation class between hidden layers.
+    :param log_std_init: the initial log standard deviation of every action dimension.
+    :param optimizer_class: ``torch.optim.Adam`` by default.
+    :param optimizer_kwargs: extra optimizer arguments.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        net_arch: list[int] | None = None,
+        activation_fn: type[nn.Module] = nn.Tanh,
+        log_std_init: float = 0.0,
+        features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
+        features_extractor_kwargs: dict[str, Any] | None = None,
+        normalize_images: bool = True,
+        optimizer_class: type[torch.optim.Optimizer] = torch.optim.Adam,
+        optimizer_kwargs: dict[str, Any] | None = None,
+    ):
+        if not isinstance(action_space, spaces.Box) or len(action_space.shape) != 1:
+            raise ValueError(f"GaussianMlpPolicy needs a one-dimensional Box action space; got {action_space}")
+        super().__init__(
+            observation_space,
+            action_space,
+            features_extractor_class,
+            features_extractor_kwargs,
+            optimizer_class=optimizer_class,
+            optimizer_kwargs=optimizer_kwargs,
+            normalize_images=normalize_images,
+        )
+        self.net_arch = [64, 64] if net_arch is None else list(net_arch)
+        self.activation_fn = activation_fn
+        self.log_std_init = float(log_std_init)
+        self.features_extractor = self.make_features_extractor()
+        dim = int(action_space.shape[0])
+        self.mean_net = nn.Sequential(*create_mlp(self.features_extractor.features_dim, dim, self.net_arch, activation_fn))
+        self.log_std = nn.Parameter(torch.full((dim,), self.log_std_init))
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+
+    def distribution(self, obs: PyTorchObs) -> torch.distributions.Normal:
+        """The action distribution at each observation (batch shape ``[N, d]``)."""
+        mean = self.mean_net(self.extract_features(obs, self.features_extractor))
+        return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
+
+    def sample_actions(self, obs: PyTorchObs, n: int = 1) -> torch.Tensor:
+        """``n`` actions per observation, shape ``[N, n, d]``."""
+        return self.distribution(obs).sample((n,)).transpose(0, 1)
+
+    def step_log_probs(self, obs: PyTorchObs, rows: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Log-density of ``actions[i]`` (``[M, d]``) at observation ``rows[i]``, ``[M]``."""
+        dist = self.distribution(obs)
+        mean, std = dist.loc[rows.to(dist.loc.device)], dist.scale[rows.to(dist.loc.device)]
+        return torch.distributions.Normal(mean, std).log_prob(actions.to(mean)).sum(-1)
+
+    def env_actions(self, actions: np.ndarray) -> np.ndarray:
+        """Actions as the env takes them: clipped to the ``Box`` bounds."""
+        return np.clip(np.asarray(actions, dtype=self.action_space.dtype), self.action_space.low, self.action_space.high)
+
+    def forward(self, obs: PyTorchObs, deterministic: bool = False) -> torch.Tensor:
+        return self._predict(obs, deterministic)
+
+    def _predict(self, observation: PyTorchObs, deterministic: bool = False) -> torch.Tensor:
+        dist = self.distribution(observation)
+        return dist.mean if deterministic else dist.sample()
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(
+            lr_schedule=self._dummy_schedule,
+            net_arch=self.net_arch,
+            activation_fn=self.activation_fn,
+            log_std_init=self.log_std_init,
+            features_extractor_class=self.features_extractor_class,
+            features_extractor_kwargs=self.features_extractor_kwargs,
+            normalize_images=self.normalize_images,
+            optimizer_class=self.optimizer_class,
+            optimizer_kwargs=self.optimizer_kwargs,
+        )
+        return data
