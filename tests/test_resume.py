@@ -48,6 +48,26 @@ def test_save_load_continue_is_bitwise_the_uninterrupted_run(tmp_path, algo, pol
     assert any(not torch.equal(a, b) for a, b in zip(weights(straight), weights(fresh)))
 
 
+@pytest.mark.parametrize("algo", [TPO, GRPO], ids=lambda a: a.__name__)
+@pytest.mark.parametrize("mode", ["critic", "branch"])
+def test_cartpole_critic_and_branch_runs_resume_bitwise(tmp_path, algo, mode):
+    # CartPole has no snapshot of its own: the DummyVecEnv's sub-envs are copied into the
+    # checkpoint, and the critic (weights, replay, optimizer, generator) travels with the agent.
+    kwargs = dict(group_mode=mode, batch_size=16, seed=3, branch_kwargs={"horizon": 4})
+    straight = algo("MlpPolicy", "CartPole-v1", **kwargs).learn(96)
+    first = algo("MlpPolicy", "CartPole-v1", **kwargs).learn(48)
+    first.save(tmp_path / "ckpt")
+    torch.manual_seed(12345)
+    np.random.seed(6789)
+    resumed = algo.load(tmp_path / "ckpt", env=algo("MlpPolicy", "CartPole-v1", **kwargs).get_env(), force_reset=False)
+    resumed.learn(48, reset_num_timesteps=False)
+    assert resumed.num_timesteps == straight.num_timesteps == 96
+    assert all(torch.equal(a, b) for a, b in zip(weights(straight), weights(resumed)))
+    if mode == "critic":
+        for a, b in zip(straight.critic.q.parameters(), resumed.critic.q.parameters()):
+            assert torch.equal(a, b)
+
+
 def test_the_zip_holds_the_optimizer_state(tmp_path):
     model = TPO("MlpPolicy", "MultiContextBandit-v0", batch_size=8, seed=0).learn(64)
     model.save(tmp_path / "m")
@@ -99,11 +119,23 @@ def test_learn_after_load_without_an_env_says_what_to_do(tmp_path):
 
 
 def test_resume_into_an_env_that_cannot_take_the_state_warns_and_resets(tmp_path):
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
     model = TPO("MlpPolicy", "CartPole-v1", batch_size=2, n_candidates=2, seed=0).learn(50)
     model.save(tmp_path / "cp")
-    with pytest.warns(UserWarning, match="saved state cannot be restored"):
-        loaded = TPO.load(tmp_path / "cp", env="CartPole-v1", force_reset=False)
+    with pytest.warns(UserWarning, match=r"the env has 3 sub-envs, the saved run had 2; training continues from a reset"):
+        loaded = TPO.load(tmp_path / "cp", env=make_vec_env("CartPole-v1", n_envs=3), force_reset=False)
     assert loaded._last_obs is None  # starts from a reset instead of a stale observation
+
+    class Handle(gym.Wrapper):
+        def __deepcopy__(self, memo):
+            raise TypeError("a simulator handle")
+
+    model = TPO("MlpPolicy", Handle(gym.make("CartPole-v1")), n_envs=1, batch_size=2, n_candidates=2, seed=0).learn(50)
+    model.save(tmp_path / "handle")
+    with pytest.warns(UserWarning, match="no env state was saved with the agent"):
+        TPO.load(tmp_path / "handle", env=DummyVecEnv([lambda: Handle(gym.make("CartPole-v1"))]), force_reset=False)
 
 
 def test_checkpoint_callback_checkpoints_resume(tmp_path):

@@ -50,6 +50,7 @@ from tpo_agents.rollout import (
     collector_for,
     make_training_env,
 )
+from tpo_agents.rollout.envs import dummy_vec_env_state, restore_dummy_vec_env_state
 
 SelfGrouped = TypeVar("SelfGrouped", bound="GroupedAlgorithm")
 
@@ -303,7 +304,15 @@ class GroupedAlgorithm(BaseAlgorithm):
         env that cannot take it starts from a reset, with a warning."""
         env = self._build_env(env, None, self.seed)
         check_for_correct_spaces(env, self.observation_space, self.action_space)
-        keep = not force_reset and self._last_obs is not None and env.num_envs == self.n_envs
+        keep = not force_reset and self._last_obs is not None
+        if keep and env.num_envs != self.n_envs:
+            warnings.warn(
+                f"force_reset=False: the env has {env.num_envs} sub-envs, the saved run had "
+                f"{self.n_envs}; training continues from a reset env, so it will not replay the "
+                "original run exactly",
+                stacklevel=2,
+            )
+            keep = False
         if keep:
             keep = _restore_env_state(env, env_state)
         self.n_envs = env.num_envs
@@ -535,11 +544,12 @@ class GroupedAlgorithm(BaseAlgorithm):
 
 
 def _env_state(vec_env: VecEnv) -> dict | None:
-    """The env's own snapshot (tpo_gym envs: :class:`tpo_gym.snapshot.StateSnapshot`)."""
+    """The env's own snapshot (tpo_gym envs: :class:`tpo_gym.snapshot.StateSnapshot`), else
+    copies of a ``DummyVecEnv``'s sub-envs (:func:`~tpo_agents.rollout.envs.dummy_vec_env_state`)."""
     try:
         return vec_env.get_state()
     except AttributeError:
-        return None
+        return dummy_vec_env_state(vec_env)
 
 
 def _restore_env_state(vec_env: VecEnv, state: dict | None) -> bool:
@@ -547,7 +557,10 @@ def _restore_env_state(vec_env: VecEnv, state: dict | None) -> bool:
     problem = "no env state was saved with the agent" if state is None else None
     if problem is None:
         try:
-            vec_env.set_state(state)
+            if state.get("tpo_snapshot") == "DummyVecEnv":
+                restore_dummy_vec_env_state(vec_env, state)
+            else:
+                vec_env.set_state(state)
             return True
         except (AttributeError, ValueError) as error:
             problem = str(error) or f"{type(vec_env).__name__} cannot restore a saved state"

@@ -8,6 +8,7 @@ wrapped by :class:`GymnasiumVecEnv`, so a rollout step is one call, not a Python
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -193,7 +194,6 @@ def user_wrappers(env: Any) -> list[str]:
 
 def _copies(env: gym.Env, n: int) -> list[gym.Env]:
     """``env`` and ``n - 1`` deep copies of it, wrappers included."""
-    import copy
 
     try:
         return [env, *(copy.deepcopy(env) for _ in range(n - 1))]
@@ -281,3 +281,36 @@ def make_training_env(env: Any, n_envs: int | None, seed: int | None = None) -> 
         return DummyVecEnv([lambda e=e: RewardRangeCheck(Monitor(e)) for e in envs])
     kwargs.setdefault("render_mode", _default_render_mode(spec))
     return make_vec_env(spec.id, n_envs=n, seed=seed, env_kwargs=kwargs, wrapper_class=RewardRangeCheck)
+
+
+# The DummyVecEnv attributes a step or reset reads besides the sub-envs themselves.
+_DUMMY_BUFFERS = ("buf_obs", "buf_dones", "buf_rews", "buf_infos", "actions", "reset_infos", "_seeds", "_options")
+
+
+def dummy_vec_env_state(vec_env: Any) -> dict[str, Any] | None:
+    """A snapshot of an SB3 ``DummyVecEnv`` whose sub-envs can be deep-copied (classic
+    control, toy text, ...): copies of every sub-env (wrappers, episode counters and random
+    streams included) and of the vector env's buffers. None when ``vec_env`` is not a
+    ``DummyVecEnv`` or a sub-env cannot be copied (then a resume starts from a reset)."""
+    if not isinstance(vec_env, DummyVecEnv):
+        return None
+    try:
+        envs = copy.deepcopy(vec_env.envs)
+        buffers = {name: copy.deepcopy(getattr(vec_env, name)) for name in _DUMMY_BUFFERS if hasattr(vec_env, name)}
+    except Exception:  # noqa: BLE001 - an uncopyable sub-env simply has no snapshot
+        return None
+    return {"tpo_snapshot": "DummyVecEnv", "env_classes": [type(e.unwrapped).__name__ for e in envs], "envs": envs,
+            "buffers": buffers}
+
+
+def restore_dummy_vec_env_state(vec_env: Any, state: dict[str, Any]) -> None:
+    """Put a :func:`dummy_vec_env_state` snapshot into ``vec_env``; ``ValueError`` naming
+    the mismatch when it is not a DummyVecEnv of as many sub-envs of the same classes."""
+    if not isinstance(vec_env, DummyVecEnv):
+        raise ValueError(f"the saved state is a DummyVecEnv's; the env is a {type(vec_env).__name__}")
+    have = [type(e.unwrapped).__name__ for e in vec_env.envs]
+    if have != state["env_classes"]:
+        raise ValueError(f"the saved state holds sub-envs {state['env_classes']}; the env has {have}")
+    vec_env.envs = copy.deepcopy(state["envs"])
+    for name, value in state["buffers"].items():
+        setattr(vec_env, name, copy.deepcopy(value))
