@@ -199,3 +199,15 @@ def test_box_actions_need_branch_groups():
 
     with pytest.raises(ValueError, match="one-dimensional Box ones"):
         TPO("MlpPolicy", Planar(), group_mode="branch")
+
+
+def test_verbose_agents_say_which_group_mode_auto_chose_and_why(capsys):
+    TPO("MlpPolicy", "CartPole-v1", verbose=1)
+    TPO("MlpPolicy", "Pendulum-v1", verbose=1)
+    GRPO("MlpPolicy", "CartPole-v1", group_mode="branch", verbose=1)
+    TPO("MlpPolicy", "CartPole-v1")  # verbose=0: silent
+    out = capsys.readouterr().out
+    assert "TPO: group_mode='auto' chose 'critic' on CartPole-v1: the env neither scores candidates" in out
+    assert "TPO: group_mode='auto' chose 'branch' on Pendulum-v1: Box actions" in out
+    assert "GRPO: group_mode='branch' as given, on CartPole-v1" in out
+    assert out.count("group_mode=") == 3

@@ -207,6 +207,7 @@ class GroupedAlgorithm(BaseAlgorithm):
         self._np_rng = np.random.default_rng(self.seed)
         self._episode_in_progress = np.zeros(self.n_envs, dtype=bool)
         self._params_moved = False
+        self._announce_group_mode()
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         if self._language_model:  # the weights are in the model folder (tpo_agents.llm.saving)
@@ -304,6 +305,7 @@ class GroupedAlgorithm(BaseAlgorithm):
         env that cannot take it starts from a reset, with a warning."""
         env = self._build_env(env, None, self.seed)
         check_for_correct_spaces(env, self.observation_space, self.action_space)
+        self._announce_group_mode()
         keep = not force_reset and self._last_obs is not None
         if keep and env.num_envs != self.n_envs:
             warnings.warn(
@@ -331,13 +333,20 @@ class GroupedAlgorithm(BaseAlgorithm):
         if self.group_mode == "per_state":
             check_can_score(facts)
         if self.group_mode != "auto":
+            self._mode_reason = f"group_mode={self.group_mode!r} as given, on {facts.name}"
             return self.group_mode
         mode = self.default_group_mode(facts.hint, facts.can_score)
         if isinstance(facts.action_space, spaces.Box) and mode != "single":
             # Continuous actions: K sampled actions per state, played from copies of the state
             # (single-sample agents keep "single", which then refuses Box actions clearly).
-            return "branch"
+            mode = "branch"
+        self._mode_reason = f"group_mode='auto' chose {mode!r} on {facts.name}: {_why(mode, facts)}"
         return mode
+
+    def _announce_group_mode(self) -> None:
+        """Say which group mode (scorer) the agent collects with and why (``verbose >= 1``)."""
+        if self.verbose >= 1 and getattr(self, "_mode_reason", None):
+            print(f"{type(self).__name__}: {self._mode_reason}")
 
     def resolve_group_mode(self) -> str:
         """The group mode this agent collects with on its env (``group_mode``, or the
@@ -363,8 +372,6 @@ class GroupedAlgorithm(BaseAlgorithm):
             if getattr(self, "_branch_scorer", None) is None or self._branch_scorer_env is not self.env:
                 self._branch_scorer = BranchScorer(self.env, **self.branch_kwargs)
                 self._branch_scorer_env = self.env
-                if self.verbose:
-                    print(f"{type(self).__name__}: scoring candidates by branching copies of {_env_label(self.env)} (group_mode='branch')")
             return self._branch_scorer
         if self._group_mode != "critic":
             return None
@@ -375,8 +382,6 @@ class GroupedAlgorithm(BaseAlgorithm):
                 raise ValueError(f"critic groups need a Discrete action space; got {self.action_space}")
             kwargs = {"seed": self.seed, **self.critic_kwargs}
             self.critic = QCritic(self.observation_space, int(self.action_space.n), self.device, **kwargs)
-            if self.verbose:
-                print(f"{type(self).__name__}: {_env_label(self.env)} has no score_candidates: scoring every action with a learned critic (group_mode='critic')")
         return self.critic
 
     def _step_hook(self, callback: BaseCallback) -> OnStep:
@@ -619,9 +624,19 @@ def guarded_step(
     return float(norm)
 
 
-def _env_label(vec_env: VecEnv) -> str:
-    try:
-        spec = vec_env.get_attr("spec", indices=[0])[0]
-    except AttributeError:
-        spec = None
-    return getattr(spec, "id", None) or type(getattr(vec_env, "unwrapped", vec_env)).__name__
+def _why(mode: str, facts: EnvFacts) -> str:
+    """Why ``auto`` picked ``mode`` for an env with these facts."""
+    if facts.hint == mode:
+        return f"the env's metadata asks for it (tpo_group_mode={mode!r})"
+    if mode == "per_state":
+        return "the env scores K candidates itself (score_candidates)"
+    if mode == "sequence" and facts.hidden_by:
+        return f"your wrappers {list(facts.hidden_by)} hide the env's score_candidates, so K rollouts run through them"
+    if mode == "branch":
+        return "Box actions: K sampled actions per state, each played from a copy of the state"
+    if mode == "critic":
+        return "the env neither scores candidates nor hints a group mode: every action is scored by a learned critic"
+    if mode == "single":
+        return "this agent learns from one sample per context"
+    return f"the env's metadata hint {facts.hint!r}"
+
