@@ -1,0 +1,258 @@
+"""The gym-defaults benchmark on a tiny budget: outputs, the run cache, the rl-zoo3 conversion."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("yaml")
+if importlib.util.find_spec("rl_zoo3") is None:
+    pytest.skip("the ppo_zoo baseline reads rl-zoo3's ppo.yml (pip install -e '.[zoo]')", allow_module_level=True)
+
+ROOT = Path(__file__).resolve().parents[1]
+METHODS = ("tpo", "grpo", "ppo_zoo")
+ENVS = ("CartPole-v1", "IdentityEnv-10")
+# 0.003 x the default budgets: CartPole 300 steps, IdentityEnv 30; evaluations at 0, N/2, N.
+BUDGETS = {"CartPole-v1": 300, "IdentityEnv-10": 30}
+
+
+def tiny_argv(out: Path, *extra: str) -> list[str]:
+    return [
+        "--envs", *ENVS, "LunarLander-v3",
+        "--seeds", "1",
+        "--workers", "1",  # in this process
+        "--timesteps-scale", "0.003",
+        "--eval-every-fraction", "0.5",
+        "--n-eval-episodes", "2",
+        "--out", str(out),
+        "--quiet",
+        *extra,
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gd():
+    # Spawned workers (if any) need the repository root on sys.path too.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(ROOT))
+        from benchmarks import gym_defaults
+
+        # LunarLander is skipped whether or not Box2D is installed here: its requirement is
+        # a module that does not exist.
+        lunar = dataclasses.replace(gym_defaults.ENVS["LunarLander-v3"], requires="_no_such_module_")
+        mp.setitem(gym_defaults.ENVS, "LunarLander-v3", lunar)
+        yield gym_defaults
+
+
+@pytest.fixture(scope="module")
+def tiny(gd, tmp_path_factory):
+    """One tiny benchmark run (2 envs x 3 methods x 1 seed), shared by the tests below."""
+    out = tmp_path_factory.mktemp("gym_defaults")
+    return out, gd.main(tiny_argv(out))
+
+
+def test_tiny_run_writes_json_png_md_and_the_cache(gd, tiny):
+    out, result = tiny
+    data = json.loads((out / "gym_defaults.json").read_text())
+    assert data == json.loads(json.dumps(result))
+    assert data["benchmark"] == "gym_defaults"
+    cfg = data["config"]
+    assert cfg["envs"] == list(ENVS) and cfg["methods"] == list(METHODS)
+    assert cfg["timesteps"] == BUDGETS and cfg["eval_every"] == {"CartPole-v1": 150, "IdentityEnv-10": 15}
+    assert cfg["n_seeds"] == 1 and cfg["n_eval_episodes"] == 2
+
+    # PPO-zoo's hyperparameters: rl-zoo3's CartPole entry, SB3 defaults on IdentityEnv.
+    cart = cfg["hyperparameters"]["CartPole-v1"]["ppo_zoo"]
+    assert cart["source"].startswith("rl-zoo3 ") and cart["zoo_key"] == "CartPole-v1"
+    assert cart["n_envs"] == 8 and cart["normalize"] is False
+    assert cart["ppo_kwargs"]["n_steps"] == 32 and cart["ppo_kwargs"]["learning_rate"] == "lin_0.001"
+    assert {"n_timesteps", "policy"} <= set(cart["dropped"]) and "n_envs" not in cart["ppo_kwargs"]
+    ident = cfg["hyperparameters"]["IdentityEnv-10"]["ppo_zoo"]
+    assert ident["source"] == "no rl-zoo3 entry, SB3 defaults" and ident["ppo_kwargs"] == {}
+    assert data["envs"]["IdentityEnv-10"]["ppo_zoo"] == "no rl-zoo3 entry, SB3 defaults"
+    for env in ENVS:
+        for method in ("tpo", "grpo"):
+            assert cfg["hyperparameters"][env][method]["constructor_kwargs"] == {}
+
+    assert list(data["envs"]) == list(ENVS)
+    assert list(data["skipped"]) == ["LunarLander-v3"] and "_no_such_module_" in data["skipped"]["LunarLander-v3"]
+    assert data["failures"] == [] and data["missing"] == []
+    for env_name, env in data["envs"].items():
+        budget = BUDGETS[env_name]
+        assert env["timesteps"] == budget and set(env["methods"]) == set(METHODS)
+        for method, m in env["methods"].items():
+            assert m["steps"] == [0, budget // 2, budget], (env_name, method)  # one shared axis
+            assert m["seeds"] == [0] and m["failures"] == []
+            assert len(m["returns"]) == 1 and len(m["returns"][0]) == 3
+            assert m["final_mean_return"] == m["mean"][-1] == m["returns"][0][-1]
+            assert m["steps_to_threshold"] is None or m["steps_to_threshold"] in m["steps"]
+            assert len(m["steps_to_threshold_per_seed"]) == 1 and len(m["seconds"]) == 1
+            assert budget <= m["trained_timesteps"][0] <= budget + m["resolved"]["n_envs"]
+            low, high = (1, 500) if env_name == "CartPole-v1" else (0, 100)
+            assert all(low <= r <= high for r in m["returns"][0]), (env_name, method)
+        assert env["methods"]["tpo"]["resolved"]["group_mode"] == "critic"  # TPO's own choice
+        assert set(env["matches_ppo_zoo"]) == {"tpo", "grpo"}
+        assert all(isinstance(v, bool) for v in env["matches_ppo_zoo"].values())
+    assert data["envs"]["CartPole-v1"]["methods"]["ppo_zoo"]["resolved"]["n_envs"] == 8
+    assert data["envs"]["IdentityEnv-10"]["methods"]["ppo_zoo"]["resolved"]["n_envs"] == 1
+    tpo = data["summary"]["tpo"]
+    assert tpo["compared"] == 2 and tpo["matches"] == sum(e["matches_ppo_zoo"]["tpo"] for e in data["envs"].values())
+
+    png = (out / "gym_defaults.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
+
+    md = (out / "gym_defaults.md").read_text()
+    for env_name in ENVS:
+        rows = [line for line in md.splitlines() if line.startswith(f"| {env_name} |")]
+        assert len(rows) == 3, env_name
+        assert all(row.count("|") == 10 for row in rows)  # 9 columns
+    assert "matches PPO-zoo |" in md
+    assert re.search(rf"TPO with defaults matches PPO-zoo on {tpo['matches']} of 2 envs", md)
+    assert "IdentityEnv-10: ppo_zoo: no rl-zoo3 entry, SB3 defaults" in md
+    assert "## Skipped envs" in md and "- LunarLander-v3: needs _no_such_module_" in md
+
+    cache = out / "cache" / "gym_defaults"
+    names = sorted(p.name for p in cache.glob("*.json"))
+    assert names == sorted(f"{e}__{m}__seed0.json" for e in ENVS for m in METHODS)
+    record = json.loads((cache / "CartPole-v1__ppo_zoo__seed0.json").read_text())
+    assert record["spec"]["timesteps"] == 300 and record["spec"]["eval_every"] == 150
+    assert record["spec"]["n_eval_episodes"] == 2
+    assert record["spec"]["hyperparameters"] == cart
+    assert record["returns"] == data["envs"]["CartPole-v1"]["methods"]["ppo_zoo"]["returns"][0]
+
+
+def test_cached_runs_are_reused_without_training(gd, tiny, monkeypatch):
+    out, first = tiny
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a cached run was trained again")
+
+    monkeypatch.setattr(gd, "run_job", no_training)
+    monkeypatch.setattr(gd, "run_one", no_training)
+    for extra in (["--cached-only"], []):  # the report alone, and a rerun with everything cached
+        again = gd.main(tiny_argv(out, *extra))
+        assert again["envs"] == first["envs"] and again["summary"] == first["summary"]
+        assert again["failures"] == [] and again["missing"] == []
+        assert again["config"]["cached_only"] is bool(extra)
+
+
+def test_a_cached_run_with_another_config_is_refused(gd, tiny, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(tiny[0], out)
+    # Another eval setting than the cache's: every cached file differs.
+    with pytest.raises(gd.CacheConfigError, match=r"differs in n_eval_episodes.*another --out"):
+        gd.main(tiny_argv(out, "--n-eval-episodes", "3"))
+    # A cache file edited to another budget is refused by name, also by --cached-only.
+    path = out / "cache" / "gym_defaults" / "IdentityEnv-10__tpo__seed0.json"
+    record = json.loads(path.read_text())
+    record["spec"]["timesteps"] = 999
+    path.write_text(json.dumps(record))
+    for extra in ([], ["--cached-only"]):
+        with pytest.raises(gd.CacheConfigError, match=r"1 cache file.*IdentityEnv-10__tpo__seed0\.json \(differs in timesteps\)"):
+            gd.main(tiny_argv(out, *extra))
+
+
+def test_a_failing_run_is_recorded_and_retried(gd, tmp_path, monkeypatch):
+    argv = ["--envs", "IdentityEnv-10", "--methods", "tpo", "--seeds", "1", "--workers", "1",
+            "--timesteps-scale", "0.003", "--eval-every-fraction", "0.5", "--n-eval-episodes", "1",
+            "--out", str(tmp_path), "--quiet"]  # fmt: skip
+
+    def broken(run, progress=None):
+        raise RuntimeError("simulated failure")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(gd, "run_one", broken)
+        result = gd.main(argv)
+    (failure,) = result["failures"]
+    assert failure["id"] == "IdentityEnv-10__tpo__seed0" and failure["error"] == "RuntimeError: simulated failure"
+    assert "simulated failure" in failure["traceback"]
+    tpo = result["envs"]["IdentityEnv-10"]["methods"]["tpo"]
+    assert tpo["seeds"] == [] and tpo["failures"] == [{"seed": 0, "error": "RuntimeError: simulated failure"}]
+    md = (tmp_path / "gym_defaults.md").read_text()
+    assert "all runs failed (seed 0: RuntimeError: simulated failure)" in md and "## Failed runs" in md
+    assert gd.main([*argv, "--cached-only"])["failures"] == result["failures"]  # kept in the cache
+
+    retried = gd.main(argv)  # a rerun tries the failed run again
+    assert retried["failures"] == [] and retried["envs"]["IdentityEnv-10"]["methods"]["tpo"]["seeds"] == [0]
+
+
+def test_ppo_zoo_eval_env_uses_the_training_normalization(gd):
+    import numpy as np
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    hyper = gd.method_hyperparameters("Acrobot-v1", "ppo_zoo")  # rl-zoo3: normalize, 16 envs
+    assert hyper["normalize"] is True and hyper["n_envs"] == 16 and hyper["normalize_kwargs"] == {"gamma": 0.99}
+    model, eval_env = gd.build_agent(gd.Run("Acrobot-v1", "ppo_zoo", 0, 100, 50, 1, hyper))
+    train = model.get_env()
+    try:
+        assert isinstance(train, VecNormalize) and train.training and train.norm_reward
+        assert train.num_envs == 16 and train.gamma == 0.99 and model.n_steps == 256
+        train.reset()
+        for _ in range(3):
+            train.step(np.array([train.action_space.sample() for _ in range(train.num_envs)]))
+        assert isinstance(eval_env, VecNormalize) and not eval_env.training and not eval_env.norm_reward
+        eval_env.reset()  # each evaluation starts with one: it takes the training statistics
+        np.testing.assert_array_equal(eval_env.obs_rms.mean, train.obs_rms.mean)
+        assert eval_env.obs_rms is not train.obs_rms
+        seen = eval_env.obs_rms.mean.copy()
+        eval_env.step(np.array([0]))
+        np.testing.assert_array_equal(eval_env.obs_rms.mean, seen)  # frozen while it evaluates
+    finally:
+        eval_env.close()
+        train.close()
+
+
+def test_convert_zoo_entry(gd):
+    import torch
+
+    entry = {
+        "n_envs": 8,
+        "n_timesteps": 1e5,
+        "policy": "MlpPolicy",
+        "normalize": True,
+        "frame_stack": 4,
+        "not_a_ppo_argument": 1,
+        "learning_rate": "lin_0.001",
+        "clip_range": 0.2,
+        "gamma": 0.98,
+        "policy_kwargs": "dict(log_std_init=-2, ortho_init=False, activation_fn=nn.ReLU, net_arch=dict(pi=[64], vf=[64]))",
+    }
+    zoo = gd.convert_zoo_entry(entry)
+    lr = zoo["ppo_kwargs"]["learning_rate"]
+    assert callable(lr) and lr(1.0) == pytest.approx(0.001) and lr(0.5) == pytest.approx(0.0005)
+    assert zoo["ppo_kwargs"]["clip_range"] == 0.2 and zoo["ppo_kwargs"]["gamma"] == 0.98
+    assert zoo["ppo_kwargs"]["policy_kwargs"] == {
+        "log_std_init": -2, "ortho_init": False, "activation_fn": torch.nn.ReLU, "net_arch": {"pi": [64], "vf": [64]},
+    }  # fmt: skip
+    assert zoo["n_envs"] == 8
+    assert zoo["normalize"] is True and zoo["normalize_kwargs"] == {"gamma": 0.98}  # as rl-zoo3 does
+    assert zoo["dropped"] == {"n_timesteps": 1e5, "policy": "MlpPolicy", "frame_stack": 4, "not_a_ppo_argument": 1}
+    assert set(zoo["ppo_kwargs"]).isdisjoint({"n_envs", "normalize", *zoo["dropped"]})
+    plain = gd.convert_zoo_entry({})
+    assert plain == {"ppo_kwargs": {}, "n_envs": 1, "normalize": False, "normalize_kwargs": {}, "dropped": {}}
+    with pytest.raises(ValueError, match="only 'lin_<value>'"):
+        gd.convert_zoo_entry({"learning_rate": "exp_0.1"})
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--envs", "NoSuchEnv-v0"], "invalid choice: 'NoSuchEnv-v0'"),
+        (["--methods", "ppo"], "invalid choice: 'ppo'"),
+        (["--timesteps-scale", "0"], "expected a number > 0, got 0.0"),
+        (["--eval-every-fraction", "1.5"], "expected a fraction in (0, 1], got 1.5"),
+        (["--workers", "0"], "expected a positive integer, got 0"),
+        (["--seeds", "two"], "expected a positive integer, got 'two'"),
+    ],
+)
+def test_bad_arguments_are_parser_errors(gd, capsys, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        gd.build_parser().parse_args(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
