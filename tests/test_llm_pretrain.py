@@ -238,3 +238,22 @@ def test_llm_study_rejects_a_bad_lr_choice(item, tmp_path, capsys):
     with pytest.raises(SystemExit):
         llm_study.main(["--lr", item, "--out", str(tmp_path)])
     assert f"got {item!r}" in capsys.readouterr().err
+
+
+def test_the_verdict_compares_final_accuracy_and_speed_with_two_standard_errors():
+    from zoo.llm_study import verdict
+
+    def method(finals, steps):
+        import statistics
+
+        return {"final_mean": statistics.fmean(finals), "final_se": statistics.stdev(finals) / len(finals) ** 0.5,
+                "seeds": list(range(len(finals))), "steps_to_threshold": steps}
+
+    tpo = method([0.41, 0.38, 0.40, 0.38, 0.47], [150, 300, 300, 250, 250])
+    grpo = method([0.35, 0.39, 0.40, 0.40, 0.33], [450, 400, 400, 250, 400])
+    text = verdict({"tpo": tpo, "grpo": grpo})
+    assert "TPO and GRPO are not distinguishable here" in text  # +0.032 at s.e. 0.022
+    assert "Steps to start + 0.10: TPO 250 +- 27, GRPO 380 +- 34" in text and "TPO gets there sooner" in text
+    grpo["steps_to_threshold"] = [None, 400, 400, 250, 400]
+    assert "Seeds reaching start + 0.10: TPO and GRPO 5/5 and 4/5." in verdict({"tpo": tpo, "grpo": grpo})
+    assert verdict({"tpo": tpo}) == ""

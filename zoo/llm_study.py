@@ -360,9 +360,25 @@ def verdict(methods: dict) -> str:
         return f"TPO - GRPO final accuracy: {diff:+.3f} (one seed: no standard error)."
     word = ("TPO beats GRPO" if diff > 2 * se else "GRPO beats TPO" if diff < -2 * se
             else "TPO and GRPO are not distinguishable")
-    return (f"Verdict: {word} here: final held-out accuracy {t['final_mean']:.3f} vs "
+    line = (f"Verdict: {word} here: final held-out accuracy {t['final_mean']:.3f} vs "
             f"{g['final_mean']:.3f} (difference {diff:+.3f}, s.e. {se:.3f}, "
             f"{len(t['seeds'])} and {len(g['seeds'])} seeds).")
+    return line + _speed_verdict(t, g)
+
+
+def _speed_verdict(t: dict, g: dict) -> str:
+    """How fast each gains 10 points: compared only when every seed of both got there
+    (a seed that never does has no step count to average)."""
+    a, b = t["steps_to_threshold"], g["steps_to_threshold"]
+    if None in a or None in b or len(a) < 2 or len(b) < 2:
+        reached = f"{sum(x is not None for x in a)}/{len(a)} and {sum(x is not None for x in b)}/{len(b)}"
+        return f" Seeds reaching start + 0.10: TPO and GRPO {reached}."
+    (ma, sa), (mb, sb) = _mean_se(a), _mean_se(b)
+    diff, se = mb - ma, math.sqrt(sa**2 + sb**2)
+    word = ("TPO gets there sooner" if diff > 2 * se else "GRPO gets there sooner" if diff < -2 * se
+            else "neither gets there distinguishably sooner")
+    return (f" Steps to start + 0.10: TPO {ma:.0f} +- {sa:.0f}, GRPO {mb:.0f} +- {sb:.0f} "
+            f"(difference {diff:+.0f}, s.e. {se:.0f}): {word}.")
 
 
 def plot(result: dict, path: Path) -> None:
