@@ -87,6 +87,10 @@ class GRPO(GroupedAlgorithm):
         zero = obj.zero_variance_groups(g(batch, batch.scores), mask=g(batch, batch.mask))
         if not self._params_moved and bool(zero.all()):
             return None
+        # Critic groups hold every action of a state, not samples: weighting each by pi_old
+        # makes the surrogate the expected advantage sum_a pi_old(a) rho_a A_a = sum_a pi(a) A_a
+        # (a uniform sum over actions is not a policy gradient and unlearned IdentityEnv).
+        weights = frozen["old_logp"].exp() if batch.standardized else None
         return obj.grpo_loss(
             g(batch, logp),
             g(batch, frozen["old_logp"]),
@@ -95,6 +99,7 @@ class GRPO(GroupedAlgorithm):
             beta=self.beta,
             mask_zero_variance=self.mask_zero_variance,
             mask=g(batch, batch.mask),
+            weights=weights,
             advantages=g(batch, batch.scores) if batch.standardized else None,
         )
 
