@@ -365,6 +365,7 @@ def test_cached_only_report_of_a_partial_sweep_marks_missing_settings(tmp_path):
     assert set(result["methods"]["tpo"]) == {"H=3"} and set(result["methods"]["dg"]) == {"H=2", "H=3"}
     md = (tmp_path / "terminal-paper.md").read_text()
     assert "not run" in md
+    assert "Substrate: paper (init flax (the artifact's), optimizer OptaxMuon)." in md
     assert (tmp_path / "terminal-paper.png").read_bytes()[:4] == b"\x89PNG"
     from zoo import hero
 

@@ -75,6 +75,13 @@ def _mean_or_dash(values: Iterable[int | None]) -> str:
     return text if len(hit) == len(values) else f"{text} ({len(hit)}/{len(values)} seeds)"
 
 
+def substrate_line(cfg: Mapping) -> str:
+    """Which substrate, initialization and optimizer made a result (docs/substrates.md)."""
+    line = (f"Substrate: {cfg.get('substrate', 'not recorded')} (init {cfg.get('init', 'not recorded')}, "
+            f"optimizer {cfg.get('optimizer', 'not recorded')}).")
+    return f"{line} {cfg['substrate_note']}" if cfg.get("substrate_note") else line
+
+
 def markdown(result: dict, exp: TokenExperiment) -> str:
     cfg = result["config"]
     metric_names = {
@@ -86,7 +93,7 @@ def markdown(result: dict, exp: TokenExperiment) -> str:
         f"Ours: {cfg['seeds']} seeds, {cfg['episodes']} iterations, match={cfg['match']}; cells are "
         "`ours (paper)`. Error = 1 - mean return of the training batch."
     )
-    lines.append("")
+    lines += ["", substrate_line(cfg), ""]
     settings_rows = exp.layout == "settings_rows"
     metrics = [exp.primary] + [m for m in ("final_error", "steps_to_1pct") if m != exp.primary]
     for metric in metrics:
