@@ -166,7 +166,7 @@ def missing_requirement(env_name: str) -> str | None:
     try:
         importlib.import_module(module)
     except ImportError as exc:
-        return f"needs {module} (pip install 'gymnasium[box2d]'): {exc}"
+        return f"needs {module} (pip install -e '.[box2d]': the Box2D wheel and pygame): {exc}"
     return None
 
 
