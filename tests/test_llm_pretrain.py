@@ -203,6 +203,9 @@ def test_llm_study_end_to_end_and_resume(arithmetic_lm, model_cache, tmp_path, m
     for suffix in (".json", ".md", ".png"):
         assert (tmp_path / f"llm-rlvr-arithmetic-steps2_b2_k2{suffix}").stat().st_size > 0
     assert "Verdict" in (tmp_path / "llm-rlvr-arithmetic-steps2_b2_k2.md").read_text()
+    shape_dir = tmp_path / "cache" / "llm" / "arithmetic" / "steps2_b2_k2"
+    every_run = sum(json.loads(p.read_text())["seconds"] for p in shape_dir.glob("*.json"))
+    assert result["compute_seconds"] == pytest.approx(every_run, abs=0.1)  # each run counted once
     shape = tmp_path / "cache" / "llm" / "arithmetic" / "steps2_b2_k2"
     cached = sorted(p.name for p in shape.glob("*.json"))
     assert "tpo__lr1e-05__seed0.json" in cached and "grpo__lr1e-05__seed1.json" in cached

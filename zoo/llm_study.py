@@ -506,6 +506,9 @@ def main(argv: list[str] | None = None) -> dict:
         "methods": methods,
         "paper": PAPER_ROW,
         "verdict": verdict(methods),
+        # Every run reported, grid included (a --cached-only report's own wall time is ~0).
+        "compute_seconds": round(sum({(r["method"], r["lr"], r["seed"]): r["seconds"]
+                                      for rs in runs_seen.values() for r in rs}.values()), 1),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"llm-rlvr-{args.task}-steps{args.steps}_b{args.prompts}_k{args.k}"

@@ -169,7 +169,10 @@ def wall_seconds(entry: Entry) -> float | None:
 
 
 def compute_seconds(entry: Entry) -> float | None:
-    """Sum of the per-method (per-setting) run times of a reproduce result."""
+    """Sum of the per-run times: a result's own ``compute_seconds`` (LLM study, gym
+    benchmark), else the per-method (per-setting) run times of a reproduce result."""
+    if isinstance(entry.data.get("compute_seconds"), (int, float)):
+        return float(entry.data["compute_seconds"])
     if entry.kind != "reproduce":
         return None
     total, found = 0.0, False
