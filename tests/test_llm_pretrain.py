@@ -260,3 +260,5 @@ def test_the_verdict_compares_final_accuracy_and_speed_with_two_standard_errors(
     grpo["steps_to_threshold"] = [None, 400, 400, 250, 400]
     assert "Seeds reaching start + 0.10: TPO and GRPO 5/5 and 4/5." in verdict({"tpo": tpo, "grpo": grpo})
     assert verdict({"tpo": tpo}) == ""
+    both = verdict({"tpo": tpo, "grpo": grpo, "trl_targetpo": grpo, "trl_dapo": tpo})
+    assert "Through TRL: TargetPOTrainer and TRL's GRPOTrainer (dapo) are not distinguishable" in both

@@ -350,34 +350,43 @@ def markdown(result: dict) -> str:
 
 
 def verdict(methods: dict) -> str:
-    """One plain sentence: does TPO beat GRPO here (final accuracy, ~2 s.e.)?"""
-    if "tpo" not in methods or "grpo" not in methods:
+    """Plain sentences: does TPO beat GRPO here (final accuracy and speed, ~2 s.e.), through
+    our agents and, where both ran, through TRL (TargetPOTrainer vs GRPOTrainer's dapo)?"""
+    lines = [_pair_verdict(methods, "tpo", "grpo", "TPO", "GRPO", "Verdict")]
+    if "trl_targetpo" in methods and "trl_dapo" in methods:
+        lines.append(_pair_verdict(methods, "trl_targetpo", "trl_dapo", "TargetPOTrainer",
+                                   "TRL's GRPOTrainer (dapo)", "Through TRL"))
+    return " ".join(line for line in lines if line)
+
+
+def _pair_verdict(methods: dict, a: str, b: str, name_a: str, name_b: str, head: str) -> str:
+    if a not in methods or b not in methods:
         return ""
-    t, g = methods["tpo"], methods["grpo"]
+    t, g = methods[a], methods[b]
     diff = t["final_mean"] - g["final_mean"]
     se = math.sqrt(t["final_se"] ** 2 + g["final_se"] ** 2)
     if not math.isfinite(se):
-        return f"TPO - GRPO final accuracy: {diff:+.3f} (one seed: no standard error)."
-    word = ("TPO beats GRPO" if diff > 2 * se else "GRPO beats TPO" if diff < -2 * se
-            else "TPO and GRPO are not distinguishable")
-    line = (f"Verdict: {word} here: final held-out accuracy {t['final_mean']:.3f} vs "
+        return f"{name_a} - {name_b} final accuracy: {diff:+.3f} (one seed: no standard error)."
+    word = (f"{name_a} beats {name_b}" if diff > 2 * se else f"{name_b} beats {name_a}" if diff < -2 * se
+            else f"{name_a} and {name_b} are not distinguishable")
+    line = (f"{head}: {word} here: final held-out accuracy {t['final_mean']:.3f} vs "
             f"{g['final_mean']:.3f} (difference {diff:+.3f}, s.e. {se:.3f}, "
             f"{len(t['seeds'])} and {len(g['seeds'])} seeds).")
-    return line + _speed_verdict(t, g)
+    return line + _speed_verdict(t, g, name_a, name_b)
 
 
-def _speed_verdict(t: dict, g: dict) -> str:
+def _speed_verdict(t: dict, g: dict, name_a: str = "TPO", name_b: str = "GRPO") -> str:
     """How fast each gains 10 points: compared only when every seed of both got there
     (a seed that never does has no step count to average)."""
     a, b = t["steps_to_threshold"], g["steps_to_threshold"]
     if None in a or None in b or len(a) < 2 or len(b) < 2:
         reached = f"{sum(x is not None for x in a)}/{len(a)} and {sum(x is not None for x in b)}/{len(b)}"
-        return f" Seeds reaching start + 0.10: TPO and GRPO {reached}."
+        return f" Seeds reaching start + 0.10: {name_a} and {name_b} {reached}."
     (ma, sa), (mb, sb) = _mean_se(a), _mean_se(b)
     diff, se = mb - ma, math.sqrt(sa**2 + sb**2)
-    word = ("TPO gets there sooner" if diff > 2 * se else "GRPO gets there sooner" if diff < -2 * se
-            else "neither gets there distinguishably sooner")
-    return (f" Steps to start + 0.10: TPO {ma:.0f} +- {sa:.0f}, GRPO {mb:.0f} +- {sb:.0f} "
+    word = (f"{name_a} gets there sooner" if diff > 2 * se else f"{name_b} gets there sooner"
+            if diff < -2 * se else "neither gets there distinguishably sooner")
+    return (f" Steps to start + 0.10: {name_a} {ma:.0f} +- {sa:.0f}, {name_b} {mb:.0f} +- {sb:.0f} "
             f"(difference {diff:+.0f}, s.e. {se:.0f}): {word}.")
 
 
