@@ -68,6 +68,15 @@ def test_cartpole_critic_and_branch_runs_resume_bitwise(tmp_path, algo, mode):
             assert torch.equal(a, b)
 
 
+def test_an_env_too_big_to_snapshot_is_left_out_of_the_checkpoint_with_a_warning(tmp_path):
+    from tpo_agents.rollout.envs import dummy_vec_env_state
+
+    model = TPO("MlpPolicy", "CartPole-v1", batch_size=2, n_candidates=2, seed=0).learn(20)
+    assert dummy_vec_env_state(model.get_env())["env_classes"] == ["CartPoleEnv", "CartPoleEnv"]
+    with pytest.warns(UserWarning, match=r"its snapshot is [0-9,]+ bytes, over the 100-byte limit"):
+        assert dummy_vec_env_state(model.get_env(), limit_bytes=100) is None
+
+
 def test_the_zip_holds_the_optimizer_state(tmp_path):
     model = TPO("MlpPolicy", "MultiContextBandit-v0", batch_size=8, seed=0).learn(64)
     model.save(tmp_path / "m")
@@ -132,8 +141,12 @@ def test_resume_into_an_env_that_cannot_take_the_state_warns_and_resets(tmp_path
         def __deepcopy__(self, memo):
             raise TypeError("a simulator handle")
 
+        def __reduce__(self):
+            raise TypeError("a simulator handle")
+
     model = TPO("MlpPolicy", Handle(gym.make("CartPole-v1")), n_envs=1, batch_size=2, n_candidates=2, seed=0).learn(50)
-    model.save(tmp_path / "handle")
+    with pytest.warns(UserWarning, match="holds no env snapshot: its sub-envs cannot be pickled"):
+        model.save(tmp_path / "handle")
     with pytest.warns(UserWarning, match="no env state was saved with the agent"):
         TPO.load(tmp_path / "handle", env=DummyVecEnv([lambda: Handle(gym.make("CartPole-v1"))]), force_reset=False)
 

@@ -287,20 +287,37 @@ def make_training_env(env: Any, n_envs: int | None, seed: int | None = None) -> 
 _DUMMY_BUFFERS = ("buf_obs", "buf_dones", "buf_rews", "buf_infos", "actions", "reset_infos", "_seeds", "_options")
 
 
-def dummy_vec_env_state(vec_env: Any) -> dict[str, Any] | None:
-    """A snapshot of an SB3 ``DummyVecEnv`` whose sub-envs can be deep-copied (classic
-    control, toy text, ...): copies of every sub-env (wrappers, episode counters and random
-    streams included) and of the vector env's buffers. None when ``vec_env`` is not a
-    ``DummyVecEnv`` or a sub-env cannot be copied (then a resume starts from a reset)."""
+# A sub-env snapshot bigger than this (an env holding a dataset) is not put in every checkpoint.
+DUMMY_SNAPSHOT_LIMIT_BYTES = 32 * 2**20
+
+
+def dummy_vec_env_state(vec_env: Any, limit_bytes: int | None = None) -> dict[str, Any] | None:
+    """A snapshot of an SB3 ``DummyVecEnv`` whose sub-envs can be pickled (classic control,
+    toy text, ...): every sub-env (wrappers, episode counters and random streams included)
+    and the vector env's buffers, serialized with cloudpickle. None, with a warning saying
+    why, when a sub-env cannot be pickled or the snapshot exceeds ``limit_bytes`` (default
+    :data:`DUMMY_SNAPSHOT_LIMIT_BYTES`); then a resume starts from a reset. None without a
+    warning when ``vec_env`` is not a ``DummyVecEnv``."""
+    import warnings
+
+    import cloudpickle
+
     if not isinstance(vec_env, DummyVecEnv):
         return None
+    limit = DUMMY_SNAPSHOT_LIMIT_BYTES if limit_bytes is None else limit_bytes
+    buffers = {name: getattr(vec_env, name) for name in _DUMMY_BUFFERS if hasattr(vec_env, name)}
     try:
-        envs = copy.deepcopy(vec_env.envs)
-        buffers = {name: copy.deepcopy(getattr(vec_env, name)) for name in _DUMMY_BUFFERS if hasattr(vec_env, name)}
-    except Exception:  # noqa: BLE001 - an uncopyable sub-env simply has no snapshot
-        return None
-    return {"tpo_snapshot": "DummyVecEnv", "env_classes": [type(e.unwrapped).__name__ for e in envs], "envs": envs,
-            "buffers": buffers}
+        pickled = cloudpickle.dumps((vec_env.envs, buffers))
+    except Exception as error:  # noqa: BLE001 - any failure means "no snapshot"
+        problem = f"its sub-envs cannot be pickled ({type(error).__name__}: {error})"
+    else:
+        if len(pickled) <= limit:
+            return {"tpo_snapshot": "DummyVecEnv", "env_classes": [type(e.unwrapped).__name__ for e in vec_env.envs],
+                    "pickled": pickled}
+        problem = f"its snapshot is {len(pickled):,} bytes, over the {limit:,}-byte limit"
+    warnings.warn(f"the checkpoint holds no env snapshot: {problem}; resuming with force_reset=False "
+                  "will start from a reset env", stacklevel=3)
+    return None
 
 
 def restore_dummy_vec_env_state(vec_env: Any, state: dict[str, Any]) -> None:
@@ -311,6 +328,9 @@ def restore_dummy_vec_env_state(vec_env: Any, state: dict[str, Any]) -> None:
     have = [type(e.unwrapped).__name__ for e in vec_env.envs]
     if have != state["env_classes"]:
         raise ValueError(f"the saved state holds sub-envs {state['env_classes']}; the env has {have}")
-    vec_env.envs = copy.deepcopy(state["envs"])
-    for name, value in state["buffers"].items():
-        setattr(vec_env, name, copy.deepcopy(value))
+    import cloudpickle
+
+    envs, buffers = cloudpickle.loads(state["pickled"])
+    vec_env.envs = envs
+    for name, value in buffers.items():
+        setattr(vec_env, name, value)
