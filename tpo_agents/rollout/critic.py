@@ -20,6 +20,8 @@ from gymnasium import spaces
 from stable_baselines3.common.preprocessing import get_flattened_obs_dim, preprocess_obs
 from torch import nn
 
+from tpo_agents.checks import int_at_least
+
 __all__ = ["QCritic"]
 
 
@@ -36,6 +38,10 @@ class QCritic:
     :param updates_per_step: critic gradient steps per collected transition.
     :param tau: Polyak coefficient of the target network.
     :param relative_floor: the advantages' scale is at least this fraction of the mean |V|.
+    :param learning_starts: transitions the critic trains on before its advantages move the
+        policy (until then they are 0, so the agent keeps its initial, exploratory policy):
+        an unconverged critic's small, consistent errors can otherwise steer the policy into
+        a corner it never leaves (non-slippery FrozenLake needs about 20,000).
     """
 
     def __init__(
@@ -51,11 +57,15 @@ class QCritic:
         updates_per_step: float = 0.25,
         tau: float = 0.005,
         relative_floor: float = 0.05,
+        learning_starts: int = 0,
         seed: int | None = None,
     ):
         self.observation_space, self.n_actions, self.device = observation_space, n_actions, torch.device(device)
         self.gamma, self.batch_size, self.updates_per_step, self.tau = gamma, batch_size, updates_per_step, tau
         self.relative_floor = relative_floor
+        self.learning_starts = int_at_least("learning_starts", learning_starts, 0)
+        self.n_seen = 0
+        """Transitions added so far."""
         dim = get_flattened_obs_dim(observation_space)
         layers: list[nn.Module] = []
         for width in net_arch:
@@ -97,6 +107,7 @@ class QCritic:
         self._pos = int((self._pos + n) % self.buffer_size)
         self._n = min(self._n + n, self.buffer_size)
         self._pending += n
+        self.n_seen += n
 
     # ---------------------------------------------------------------- learning
     def update(self, policy) -> float:
@@ -136,6 +147,8 @@ class QCritic:
         so a state whose actions the critic can hardly tell apart moves the policy little
         (standardizing each state's own few actions would turn any gap into +-1)."""
         q = self.scores(obs)
+        if self.n_seen < self.learning_starts:
+            return torch.zeros_like(q)  # the critic is still learning: no policy update yet
         obs_t, _ = policy.obs_to_tensor(obs)
         pi = policy.action_log_probs(obs_t).exp().float().cpu()
         v = (pi * q).sum(-1, keepdim=True)
