@@ -67,6 +67,34 @@ def test_branch_scores_are_discounted_lookahead_returns_and_leave_the_live_env_a
     np.testing.assert_allclose(short, [[0.0, 0.0], [0.0, 1.0]])  # a 2-step lookahead ends early
 
 
+class RestorableChain(Chain):
+    """A chain whose state cannot be deep-copied but can be cloned and restored (as ALE)."""
+
+    def __deepcopy__(self, memo):
+        raise TypeError("a simulator handle")
+
+    def clone_state(self):
+        return {"x": self.x}
+
+    def restore_state(self, state):
+        self.x = state["x"]
+
+
+def test_envs_with_clone_and_restore_state_branch_on_the_unwrapped_env():
+    vec = DummyVecEnv([lambda s=s: gym.wrappers.TimeLimit(RestorableChain(s), 50) for s in (1, 3)])
+    vec.reset()
+    scorer = BranchScorer(vec, horizon=5, gamma=0.5)
+    scores = scorer.score(np.array([[0, 1], [0, 1]]), AlwaysRight())
+    np.testing.assert_allclose(scores, [[0.5**4, 0.5**2], [0.5**2, 1.0]])  # as with copies
+    assert [env.unwrapped.x for env in vec.envs] == [1, 3]  # restored
+    assert [env.get_wrapper_attr("_elapsed_steps") for env in vec.envs] == [0, 0]  # wrappers untouched
+    assert scorer.env_steps == 5 + 3 + 3 + 1
+    wrapped = DummyVecEnv([lambda: gym.wrappers.TransformObservation(RestorableChain(), lambda o: o, None)])
+    wrapped.reset()
+    with pytest.raises(ValueError, match="bypassing the observation wrapper TransformObservation"):
+        BranchScorer(wrapped).score(np.array([[0, 1]]), AlwaysRight())
+
+
 def test_branching_refuses_what_it_cannot_copy():
     with pytest.raises(ValueError, match="needs a DummyVecEnv; got SubprocVecEnv"):
         branchable_envs(SubprocVecEnv([lambda: Chain()], start_method="fork"))

@@ -10,8 +10,12 @@ discounted lookahead return ``sum_t gamma^t r_t``, ended early by termination or
 
 Copies are made with :func:`copy.deepcopy`, so the branches of one state share the env's
 random stream as it stood (common random numbers) and the live env's stream is untouched.
-An env whose state cannot be deep-copied (a handle to an external simulator) can define
-``__deepcopy__``. The branch steps are simulation, not experience: they are not counted in
+An env whose state cannot be deep-copied (a handle to an external simulator) can instead
+offer the pair ``clone_state() -> state`` / ``restore_state(state)`` on its unwrapped env
+(as ALE does); then the branches are played one after another on the unwrapped env itself,
+each from the restored state, and the state is restored at the end. That path bypasses the
+wrappers (so ``TimeLimit`` and ``Monitor`` counters are not disturbed) and is refused under
+an observation wrapper, whose observations the branch would not see. The branch steps are simulation, not experience: they are not counted in
 ``num_timesteps`` but in :attr:`BranchScorer.env_steps` (logged as
 ``rollout/branch_env_steps``).
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3.common.monitor import Monitor
@@ -74,6 +79,45 @@ class BranchScorer:
         self.env_steps = 0
         """Env steps played in branches so far (not counted as timesteps)."""
 
+    def _restorable(self, i: int) -> Any | None:
+        """The unwrapped sub-env ``i`` when it offers ``clone_state`` / ``restore_state``."""
+        base = self.envs[i].unwrapped
+        if not (callable(getattr(base, "clone_state", None)) and callable(getattr(base, "restore_state", None))):
+            return None
+        env = self.envs[i]
+        while isinstance(env, gym.Wrapper):
+            if isinstance(env, gym.ObservationWrapper):
+                raise ValueError(
+                    f"group_mode='branch' would play sub-env {i}'s branches on the unwrapped env "
+                    f"(clone_state/restore_state), bypassing the observation wrapper "
+                    f"{type(env).__name__}; remove it or make the wrapped env deep-copyable"
+                )
+            env = env.env
+        return base
+
+    def _score_by_restoring(self, base: Any, candidates: np.ndarray, policy: Any) -> np.ndarray:
+        """The K branches of one sub-env, one after another on its unwrapped env."""
+        saved = base.clone_state()
+        returns = np.zeros(len(candidates))
+        try:
+            for k, action in enumerate(candidates):
+                base.restore_state(saved)
+                discount, obs = 1.0, None
+                for t in range(self.horizon):
+                    if t > 0:
+                        obs_t, _ = policy.obs_to_tensor(np.asarray(obs)[None])
+                        action = policy.sample_actions(obs_t, 1)[0, 0].cpu().numpy()
+                    a = policy.env_actions(np.asarray(action))
+                    obs, r, terminated, truncated, _ = base.step(a.item() if a.ndim == 0 else a)
+                    returns[k] += discount * float(r)
+                    self.env_steps += 1
+                    if terminated or truncated:
+                        break
+                    discount *= self.gamma
+        finally:
+            base.restore_state(saved)
+        return returns
+
     def _copy(self, i: int) -> Any:
         try:
             return copy.deepcopy(self.envs[i])
@@ -92,6 +136,10 @@ class BranchScorer:
         n, K = candidates.shape[:2]
         if n != len(self.envs):
             raise ValueError(f"candidates have {n} rows; the env has {len(self.envs)} sub-envs")
+        restorable = [self._restorable(i) for i in range(n)]
+        if all(base is not None for base in restorable):
+            return np.stack([self._score_by_restoring(base, np.asarray(candidates[i]), policy)
+                             for i, base in enumerate(restorable)])
         branches = [self._copy(i) for i in range(n) for _ in range(K)]
         # A copy (later steps overwrite it), one row per branch; Box actions keep their dims.
         actions = np.array(candidates).reshape(n * K, *candidates.shape[2:])
