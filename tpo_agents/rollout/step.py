@@ -138,29 +138,27 @@ class CriticCollector(Collector):
         return self.finish(ctx, batch)
 
 
-class BranchCollector(Collector):
-    """One group per visited state, scored by playing each candidate from a copy of the
-    state (:class:`~tpo_agents.rollout.branching.BranchScorer`); one sampled action is
-    followed. The group is every action when there are at most K, else K sampled ones."""
+class _ScoredStateCollector(Collector):
+    """One group per visited state: candidates proposed at the state, scored there, and one
+    action followed. Subclasses say how candidates are proposed and scored."""
 
-    mode = "branch"
+    where = ""  # names the scores in a non-finite-reward error
+
+    def propose(self, ctx: RolloutContext, obs) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(candidates [n_envs, K(, d)], followed action [n_envs(, d)])``."""
+        raise NotImplementedError
+
+    def score(self, ctx: RolloutContext, candidates: torch.Tensor) -> np.ndarray:
+        raise NotImplementedError
 
     def collect(self, ctx: RolloutContext, n_groups: int) -> GroupBatch | None:
-        n_actions = getattr(ctx.env.action_space, "n", None)  # None: Box actions
         states, cands, scores = [], [], []
         collected = 0
         while collected < n_groups:
             obs = ctx.last_obs
-            with torch.no_grad():
-                obs_t, _ = ctx.policy.obs_to_tensor(obs)
-                if n_actions is not None and int(n_actions) <= ctx.n_candidates:
-                    candidates = torch.arange(int(n_actions)).repeat(ctx.n_envs, 1)
-                    follow = ctx.policy.sample_actions(obs_t, 1)[:, 0].cpu()
-                else:
-                    candidates = ctx.policy.sample_actions(obs_t, ctx.n_candidates).cpu()
-                    follow = candidates[:, 0]
-            s = ctx.scorer.score(candidates.numpy(), ctx.policy)
-            ctx.check_rewards(s, "branch returns")
+            candidates, follow = self.propose(ctx, obs)
+            s = self.score(ctx, candidates)
+            ctx.check_rewards(s, self.where)
             if ctx.step(ctx.policy.env_actions(follow.numpy())) is None:
                 return None
             states.append(obs)
@@ -170,28 +168,40 @@ class BranchCollector(Collector):
         return self.finish(ctx, _state_groups(states, torch.cat(cands), torch.cat(scores)))
 
 
-class PerStateCollector(Collector):
+class BranchCollector(_ScoredStateCollector):
+    """One group per visited state, scored by playing each candidate from a copy of the
+    state (:class:`~tpo_agents.rollout.branching.BranchScorer`); one sampled action is
+    followed. The group is every action when there are at most K, else K sampled ones."""
+
+    mode = "branch"
+    where = "branch returns"
+
+    @torch.no_grad()
+    def propose(self, ctx: RolloutContext, obs) -> tuple[torch.Tensor, torch.Tensor]:
+        n_actions = getattr(ctx.env.action_space, "n", None)  # None: Box actions
+        obs_t, _ = ctx.policy.obs_to_tensor(obs)
+        if n_actions is not None and int(n_actions) <= ctx.n_candidates:
+            every = torch.arange(int(n_actions)).repeat(ctx.n_envs, 1)
+            return every, ctx.policy.sample_actions(obs_t, 1)[:, 0].cpu()
+        candidates = ctx.policy.sample_actions(obs_t, ctx.n_candidates).cpu()
+        return candidates, candidates[:, 0]
+
+    def score(self, ctx: RolloutContext, candidates: torch.Tensor) -> np.ndarray:
+        return ctx.scorer.score(candidates.numpy(), ctx.policy)
+
+
+class PerStateCollector(_ScoredStateCollector):
     """One group per visited state: K sampled candidates scored by the env; follow #0."""
 
     mode = "per_state"
+    where = "score_candidates"
 
-    def collect(self, ctx: RolloutContext, n_groups: int) -> GroupBatch | None:
-        K = ctx.n_candidates
-        states, cands, scores = [], [], []
-        collected = 0
-        while collected < n_groups:
-            obs = ctx.last_obs
-            log_probs = self.policy_log_probs(ctx, obs)
-            candidates = ctx.policy.sample(log_probs, K)
-            s = score_candidates(ctx.env, candidates.numpy())
-            ctx.check_rewards(s, "score_candidates")
-            if ctx.step(candidates[:, 0].numpy()) is None:
-                return None
-            states.append(obs)
-            cands.append(candidates)
-            scores.append(torch.as_tensor(s, dtype=torch.float32))
-            collected += len(candidates)
-        return self.finish(ctx, _state_groups(states, torch.cat(cands), torch.cat(scores)))
+    def propose(self, ctx: RolloutContext, obs) -> tuple[torch.Tensor, torch.Tensor]:
+        candidates = ctx.policy.sample(self.policy_log_probs(ctx, obs), ctx.n_candidates)
+        return candidates, candidates[:, 0]
+
+    def score(self, ctx: RolloutContext, candidates: torch.Tensor) -> np.ndarray:
+        return score_candidates(ctx.env, candidates.numpy())
 
 
 class _EpisodeRecorder:
