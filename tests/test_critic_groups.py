@@ -114,3 +114,37 @@ def test_a_critic_warm_up_lets_tpo_solve_frozen_lake():
     model = TPO("MlpPolicy", env, seed=0, critic_kwargs={"learning_starts": 20_000}).learn(30_000)
     mean_return, _ = evaluate_policy(model, gym.make("FrozenLake-v1", is_slippery=False), n_eval_episodes=5, warn=False)
     assert mean_return == 1.0, mean_return
+
+
+def test_critic_advantages_closed_form_with_one_critic():
+    from tpo_agents.rollout.critic import critic_advantages
+
+    q = torch.tensor([[[1.0, 3.0], [2.0, 2.0], [0.0, 4.0]]])  # one critic, 3 states, 2 actions
+    pi = torch.tensor([[0.5, 0.5], [0.25, 0.75], [1.0, 0.0]])
+    adv = torch.tensor([[-1.0, 1.0], [0.0, 0.0], [0.0, 4.0]])  # Q - sum_a pi Q
+    torch.testing.assert_close(critic_advantages(q, pi, 0.0, 0.0), adv / adv.std())
+    # The floor: 10 x the mean |V| (2, 2, 0 -> 4/3) is above the advantages' std.
+    torch.testing.assert_close(critic_advantages(q, pi, 10.0, 0.0), adv / (10.0 * 4 / 3))
+
+
+def test_critic_advantages_shrink_where_the_critics_disagree():
+    from tpo_agents.rollout.critic import critic_advantages
+
+    pi = torch.full((2, 2), 0.5)
+    # State 0: both critics say +-1; state 1: they say +-1 and -+3 (mean -+1, disagreement 2*sqrt2).
+    qs = torch.tensor([[[0.0, 2.0], [0.0, 2.0]], [[0.0, 2.0], [4.0, -2.0]]])
+    adv = torch.tensor([[-1.0, 1.0], [1.0, -1.0]])
+    assert torch.equal(critic_advantages(qs, pi, 0.0, 0.0), adv / adv.std())  # noise_scale 0: off
+    disagreement = torch.tensor([[0.0], [2.0 * 2**0.5]])  # std over critics of (adv_1, adv_2)
+    expected = adv / torch.maximum(adv.std(), 0.5 * disagreement)
+    torch.testing.assert_close(critic_advantages(qs, pi, 0.0, 0.5), expected)
+    assert critic_advantages(qs, pi, 0.0, 0.5)[0].tolist() == (adv[0] / adv.std()).tolist()  # agreed: as before
+
+
+def test_the_default_critic_is_an_ensemble_and_bad_options_are_named():
+    model = TPO("MlpPolicy", "CartPole-v1", batch_size=16, seed=0).learn(64)
+    assert model.critic.n_critics == 4 and model.critic.q(torch.zeros(3, 4)).shape == (4, 3, 2)
+    with pytest.raises(ValueError, match="n_critics"):
+        QCritic(spaces.Discrete(4), 2, n_critics=0)
+    with pytest.raises(ValueError, match="noise_scale"):
+        QCritic(spaces.Discrete(4), 2, noise_scale=-1.0)

@@ -5,8 +5,9 @@ hint, such as CartPole, get ``critic`` groups: at each visited state the agent f
 sampled action, and the group is every action, scored by ``Q(s, a)``. The critic is a small
 MLP trained off-policy on a replay of recent transitions toward expected-SARSA targets
 ``r + gamma * (1 - terminated) * sum_a' pi(a' | s') Q_target(s', a')`` (Polyak-averaged
-target network). TPO's target and cross-entropy are unchanged: only the scores come from
-the critic.
+target network); four of them, from different initialisations, so that the scores can
+say where the critic is unsure (:func:`critic_advantages`). TPO's target and cross-entropy
+are unchanged: only the scores come from the critic.
 """
 
 from __future__ import annotations
@@ -20,9 +21,50 @@ from gymnasium import spaces
 from stable_baselines3.common.preprocessing import get_flattened_obs_dim, preprocess_obs
 from torch import nn
 
-from tpo_agents.checks import int_at_least
+from tpo_agents.checks import int_at_least, real_number
 
-__all__ = ["QCritic"]
+__all__ = ["QCritic", "QEnsemble", "critic_advantages"]
+
+
+def critic_advantages(qs: torch.Tensor, pi: torch.Tensor, relative_floor: float, noise_scale: float) -> torch.Tensor:
+    """The scores of critic groups: ``(Q(s, a) - V(s)) / scale(s)``, ``[N, n_actions]``.
+
+    ``qs``: ``[n_critics, N, n_actions]``, each critic's ``Q``; ``pi``: ``[N, n_actions]``.
+    ``Q`` is the critics' mean and ``V(s) = sum_a pi(a | s) Q(s, a)``. The scale is one for
+    the whole batch, the advantages' standard deviation, floored at ``relative_floor`` times
+    the mean ``|V|`` (once the critic can hardly tell actions apart, as under a good policy,
+    its noise must not be blown up to unit-size scores). With several critics a state's
+    scale is also at least ``noise_scale`` times the root-mean-square over its actions of
+    the critics' disagreement (standard deviation) about the advantage: where they disagree,
+    the policy moves less.
+    """
+    advs = qs - (pi * qs).sum(-1, keepdim=True)  # each critic's advantages
+    adv = advs.mean(0)
+    v = (pi * qs.mean(0)).sum(-1, keepdim=True)
+    scale = torch.maximum(adv.std(), relative_floor * v.abs().mean()).clamp_min(1e-8).expand_as(v)
+    if qs.shape[0] > 1 and noise_scale > 0:
+        disagreement = advs.std(0).pow(2).mean(-1, keepdim=True).sqrt()
+        scale = torch.maximum(scale, noise_scale * disagreement)
+    return adv / scale
+
+
+class QEnsemble(nn.Module):
+    """``n_critics`` independent MLPs ``s -> Q(s, .)``; the output is ``[n_critics, N, n_actions]``."""
+
+    def __init__(self, in_dim: int, n_actions: int, net_arch: tuple[int, ...], n_critics: int):
+        super().__init__()
+        nets = []
+        for _ in range(n_critics):
+            layers: list[nn.Module] = []
+            dim = in_dim
+            for width in net_arch:
+                layers += [nn.Linear(dim, width), nn.ReLU()]
+                dim = width
+            nets.append(nn.Sequential(*layers, nn.Linear(dim, n_actions)))
+        self.nets = nn.ModuleList(nets)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([net(x) for net in self.nets])
 
 
 class QCritic:
@@ -38,6 +80,10 @@ class QCritic:
     :param updates_per_step: critic gradient steps per collected transition.
     :param tau: Polyak coefficient of the target network.
     :param relative_floor: the advantages' scale is at least this fraction of the mean |V|.
+    :param n_critics: independent critics (different initialisations, same data); the
+        scores use their mean.
+    :param noise_scale: a state's scale is at least this times the critics' disagreement
+        about its advantages (:func:`critic_advantages`; needs ``n_critics > 1``).
     :param learning_starts: transitions the critic trains on before its advantages move the
         policy (until then they are 0, so the agent keeps its initial, exploratory policy):
         an unconverged critic's small, consistent errors can otherwise steer the policy into
@@ -58,6 +104,8 @@ class QCritic:
         tau: float = 0.005,
         relative_floor: float = 0.05,
         learning_starts: int = 0,
+        n_critics: int = 4,
+        noise_scale: float = 1.0,
         seed: int | None = None,
     ):
         self.observation_space, self.n_actions, self.device = observation_space, n_actions, torch.device(device)
@@ -66,12 +114,9 @@ class QCritic:
         self.learning_starts = int_at_least("learning_starts", learning_starts, 0)
         self.n_seen = 0
         """Transitions added so far."""
-        dim = get_flattened_obs_dim(observation_space)
-        layers: list[nn.Module] = []
-        for width in net_arch:
-            layers += [nn.Linear(dim, width), nn.ReLU()]
-            dim = width
-        self.q = nn.Sequential(*layers, nn.Linear(dim, n_actions)).to(self.device)
+        self.n_critics = int_at_least("n_critics", n_critics, 1)
+        self.noise_scale = real_number("noise_scale", noise_scale, at_least=0.0)
+        self.q = QEnsemble(get_flattened_obs_dim(observation_space), n_actions, net_arch, self.n_critics).to(self.device)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=learning_rate)
         self.rng = np.random.default_rng(seed)
@@ -124,13 +169,13 @@ class QCritic:
             with torch.no_grad():
                 obs2, _ = policy.obs_to_tensor(d["next_obs"][i])
                 pi2 = policy.action_log_probs(obs2).exp().to(self.device)
-                v2 = (pi2 * self.q_target(s2)).sum(-1)
+                v2 = (pi2 * self.q_target(s2)).sum(-1)  # [n_critics, batch]
                 r = torch.as_tensor(d["rewards"][i], device=self.device)
                 done = torch.as_tensor(d["terminated"][i], device=self.device)
                 y = r + self.gamma * (1 - done) * v2
             a = torch.as_tensor(d["actions"][i], device=self.device)
-            q = self.q(s).gather(1, a[:, None]).squeeze(1)
-            loss = nn.functional.smooth_l1_loss(q, y)
+            q = self.q(s).gather(2, a[None, :, None].expand(self.n_critics, -1, 1)).squeeze(2)
+            loss = nn.functional.smooth_l1_loss(q, y) * self.n_critics
             self.optimizer.zero_grad()
             loss.backward()
             self.optimizer.step()
@@ -142,24 +187,17 @@ class QCritic:
 
     @torch.no_grad()
     def advantages(self, obs, policy) -> torch.Tensor:
-        """``(Q(s, a) - V(s)) / sigma`` for every action, ``V = sum_a pi(a | s) Q(s, a)`` and
-        ``sigma`` the std of those advantages over the whole batch: one scale for all states,
-        so a state whose actions the critic can hardly tell apart moves the policy little
+        """:func:`critic_advantages` of every action of ``obs``: one scale for the batch, so a
+        state whose actions the critic can hardly tell apart moves the policy little
         (standardizing each state's own few actions would turn any gap into +-1)."""
-        q = self.scores(obs)
+        qs = self.q(self._features(obs)).float().cpu()  # [n_critics, N, n_actions]
         if self.n_seen < self.learning_starts:
-            return torch.zeros_like(q)  # the critic is still learning: no policy update yet
+            return torch.zeros_like(qs[0])  # the critic is still learning: no policy update yet
         obs_t, _ = policy.obs_to_tensor(obs)
         pi = policy.action_log_probs(obs_t).exp().float().cpu()
-        v = (pi * q).sum(-1, keepdim=True)
-        adv = q - v
-        # Floor the scale at a fraction of the values' size: once the critic can hardly tell
-        # actions apart (a good policy, values all alike), its noise must not be blown up
-        # to unit-size scores.
-        floor = self.relative_floor * v.abs().mean()
-        return adv / torch.maximum(adv.std(), floor).clamp_min(1e-8)
+        return critic_advantages(qs, pi, self.relative_floor, self.noise_scale)
 
     @torch.no_grad()
     def scores(self, obs) -> torch.Tensor:
-        """``Q(s, a)`` for every action, ``[N, n_actions]`` (CPU float32)."""
-        return self.q(self._features(obs)).float().cpu()
+        """``Q(s, a)`` for every action (the critics' mean), ``[N, n_actions]`` (CPU float32)."""
+        return self.q(self._features(obs)).mean(0).float().cpu()
