@@ -26,10 +26,13 @@ Baselines, named in the output:
 * ``sweep``: throughput of a seed sweep as ``zoo.reproduce`` runs one (one process per
   core, one thread each, all running at once), in milliseconds per seed-iteration, against
   the artifact's own sweep runner (jit, vmapped over 20 seeds: about 1000 ms per
-  seed-iteration of sequence-level TPO at H = 8 on this 2-core CPU; quoted, not re-measured).
+  seed-iteration of sequence-level TPO at H = 8 on this 2-core CPU, quoted), and, with
+  ``--artifact-src DIR`` (the ``src`` folder of a checkout of the paper's code), that
+  runner itself timed in the same run (:mod:`benchmarks.artifact_sweep`):
+  ``artifact_sweep_measured`` and ``speedup_vs_artifact_sweep_measured``.
 
 Usage: ``python benchmarks/speed.py [--threads 1 2] [--iterations 5] [--substrate paper ours]
-[--sweep-workers 2] [--malloc keep|default] [--no-jax-baseline] [--out results/speed.json]`` (``keep``, the default, keeps freed activation memory in the
+[--sweep-workers 2] [--artifact-src DIR] [--malloc keep|default] [--no-jax-baseline] [--out results/speed.json]`` (``keep``, the default, keeps freed activation memory in the
 heap: see :mod:`tpo_agents.runtime`).
 """
 
@@ -51,7 +54,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 import tpo_gym  # noqa: F401
-from benchmarks import jax_baseline
+from benchmarks import artifact_sweep, jax_baseline
 from tpo_agents import DG, GRPO, TPO, CriticFreePPO
 from tpo_agents.runtime import keep_freed_memory
 
@@ -265,6 +268,11 @@ def main(argv: list[str] | None = None) -> dict:
         help="processes of the seed-sweep throughput measurement of sequence TPO (0: skip it)",
     )
     parser.add_argument(
+        "--artifact-src", type=Path, default=None, metavar="DIR",
+        help="the src folder of a checkout of the paper's code (github.com/JeanKaddour/tpo): "
+        "time its vmapped 20-seed runner in this run, beside our sweep throughput",
+    )
+    parser.add_argument(
         "--malloc",
         choices=("keep", "default"),
         default="keep",
@@ -277,7 +285,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.malloc == "keep":
         keep_freed_memory()
-    result: dict = {"config": vars(args) | {"out": str(args.out)}, "threads": {}}
+    config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    result: dict = {"config": config, "threads": {}}
     for threads in args.threads:
         torch.set_num_threads(threads)
         row = {"matmul_peak_gflops": matmul_peak_gflops(), "substrates": {}}
@@ -299,12 +308,20 @@ def main(argv: list[str] | None = None) -> dict:
         result["threads"][str(threads)] = row
     if args.sweep_workers > 0 and "tpo" in args.methods:
         result["sweep"] = {}
+        measured = None
+        if args.artifact_src is not None:
+            measured = artifact_sweep.measure(args.artifact_src)
+            result["artifact_sweep_measured"] = measured
+            print(f"artifact's sweep, measured: {measured['ms_per_seed_iteration']:.1f} ms per seed-iteration", flush=True)
         for substrate in args.substrate:
             result["sweep"][substrate] = m = sweep_throughput("tpo", substrate, args.iterations, args.sweep_workers)
+            if measured is not None:
+                m["speedup_vs_artifact_sweep_measured"] = measured["ms_per_seed_iteration"] / m["ms_per_seed_iteration"]
             print(
                 f"sweep {substrate:5s} tpo: {m['ms_per_seed_iteration']:.1f} ms per seed-iteration "
                 f"with {m['workers']} workers; artifact's sweep {m['artifact_ms_per_seed_iteration']:.0f} "
-                f"(x{m['speedup_vs_artifact_sweep']:.2f})",
+                f"(x{m['speedup_vs_artifact_sweep']:.2f})"
+                + (f"; measured x{m['speedup_vs_artifact_sweep_measured']:.2f}" if measured else ""),
                 flush=True,
             )
     args.out.parent.mkdir(parents=True, exist_ok=True)
