@@ -209,6 +209,10 @@ def test_report_of_the_committed_results(tmp_path):
     assert md.index("## tabular-single") < md.index("## terminal") < md.index("## classic_control")
     assert "| 1 | tpo |" in md  # the speed benchmark, tabulated from its JSON
     assert "<details><summary>Config</summary>" in md.split("## speed")[1]
+    sweep = md.split("## speed-sweep")[1]  # per-substrate rows and the paper's runner timed beside ours
+    assert "| 1 | tpo (paper) |" in sweep and "| 2 | tpo (ours) |" in sweep
+    assert "The artifact's vmapped 20-seed runner, timed in this run: 852.6 ms" in sweep
+    assert re.search(r"Seed sweep \(paper substrate.*x4\.32 vs the artifact's vmapped runner timed in this run", sweep)
 
 
 def test_report_bad_input(tmp_path, capsys):
