@@ -7,7 +7,8 @@ MLP trained off-policy on a replay of recent transitions toward expected-SARSA t
 ``r + gamma * (1 - terminated) * sum_a' pi(a' | s') Q_target(s', a')`` (Polyak-averaged
 target network); four of them, from different initialisations, so that the scores can
 say where the critic is unsure (:func:`critic_advantages`). TPO's target and cross-entropy
-are unchanged: only the scores come from the critic.
+are unchanged: only the scores come from the critic. Each update fits the target on the
+visited states and on as many states replayed from the critic's buffer (``replay_states``).
 """
 
 from __future__ import annotations
@@ -84,6 +85,12 @@ class QCritic:
         scores use their mean.
     :param noise_scale: a state's scale is at least this times the critics' disagreement
         about its advantages (:func:`critic_advantages`; needs ``n_critics > 1``).
+    :param replay_states: each update also fits the target on this many states per visited
+        state, drawn uniformly from the replay (0: the visited states alone). The critic
+        scores every action of any state, so the target needs no on-policy state; without
+        them a state the policy rarely visits (next to FrozenLake's goal) is fitted too
+        seldom, and the shared network's drift toward what pays at the frequent states
+        overwrites it.
     :param learning_starts: transitions the critic trains on before its advantages move the
         policy (until then they are 0, so the agent keeps its initial, exploratory policy):
         an unconverged critic's small, consistent errors can otherwise steer the policy into
@@ -106,6 +113,7 @@ class QCritic:
         learning_starts: int = 0,
         n_critics: int = 4,
         noise_scale: float = 1.0,
+        replay_states: float = 1.0,
         seed: int | None = None,
     ):
         self.observation_space, self.n_actions, self.device = observation_space, n_actions, torch.device(device)
@@ -116,6 +124,7 @@ class QCritic:
         """Transitions added so far."""
         self.n_critics = int_at_least("n_critics", n_critics, 1)
         self.noise_scale = real_number("noise_scale", noise_scale, at_least=0.0)
+        self.replay_states_ratio = real_number("replay_states", replay_states, at_least=0.0)
         self.q = QEnsemble(get_flattened_obs_dim(observation_space), n_actions, net_arch, self.n_critics).to(self.device)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=learning_rate)
@@ -153,6 +162,13 @@ class QCritic:
         self._n = min(self._n + n, self.buffer_size)
         self._pending += n
         self.n_seen += n
+
+    def replay_states(self, n_visited: int) -> np.ndarray | None:
+        """``replay_states`` x ``n_visited`` states drawn uniformly from the replay (None: none)."""
+        n = int(round(self.replay_states_ratio * n_visited))
+        if n == 0 or self._n == 0:
+            return None
+        return self._data["obs"][self.rng.integers(0, self._n, size=n)]
 
     # ---------------------------------------------------------------- learning
     def update(self, policy) -> float:

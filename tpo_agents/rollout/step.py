@@ -110,7 +110,8 @@ def _true_next_obs(new_obs: np.ndarray, dones: np.ndarray, infos: list[dict]) ->
 
 
 class CriticCollector(Collector):
-    """One group per visited state: every action, scored by the learned critic."""
+    """One group per visited state, and per state replayed from the critic's buffer
+    (``replay_states`` of them per visited state): every action, scored by the learned critic."""
 
     mode = "critic"
 
@@ -131,9 +132,12 @@ class CriticCollector(Collector):
             states.append(obs)
             collected += len(actions)
         ctx.scorer.update(ctx.policy)
-        visited = _stack_states(states)
-        every_action = torch.arange(n_actions).repeat(len(visited), 1)
-        batch = _state_groups([visited], every_action, ctx.scorer.advantages(visited, ctx.policy))
+        fitted = _stack_states(states)
+        replayed = ctx.scorer.replay_states(len(fitted))
+        if replayed is not None:
+            fitted = np.concatenate([fitted, replayed], axis=0)
+        every_action = torch.arange(n_actions).repeat(len(fitted), 1)
+        batch = _state_groups([fitted], every_action, ctx.scorer.advantages(fitted, ctx.policy))
         batch.standardized = True
         return self.finish(ctx, batch)
 
