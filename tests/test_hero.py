@@ -55,3 +55,8 @@ def test_versus_length_plots_every_method_under_each_substrate(tmp_path):
     assert curves["dg"]["terminal-paper"]["H"] == [2, 3] and len(curves["dg"]["terminal-paper"]["se_pct"]) == 2
     assert (tmp_path / "terminal-versus-H.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((tmp_path / "terminal-versus-H.json").read_text())["methods"] == curves
+    md = (tmp_path / "terminal-versus-H.md").read_text()
+    assert "substrate ours" in md and "optimizer AdamW" in md and "substrate paper" in md
+    row = next(line for line in md.splitlines() if line.startswith("| DG | terminal-paper |"))
+    e2, e3 = (100 * curves["dg"]["terminal-paper"]["error_pct"][i] / 100 for i in (0, 1))
+    assert row.startswith(f"| DG | terminal-paper | {e2:.1f} +- ") and f"| {e3:.1f} +- " in row and row.endswith("(1) |")

@@ -232,6 +232,32 @@ def versus_length(results: dict[str, dict], path: Path) -> dict:
     return data
 
 
+def versus_length_markdown(curves: dict, results: dict[str, dict]) -> str:
+    """The numbers of :func:`versus_length` as a table: one row per (method, result), one
+    column per H, cells ``error % +- s.e. (seeds)``; each result's substrate is named."""
+    lengths = sorted({h for per in curves.values() for c in per.values() for h in c["H"]})
+    lines = [
+        "# Final error vs H, by substrate",
+        "",
+        "Table 3's final exact-match error % (last iteration, seed mean +- s.e., seeds in brackets), "
+        "terminal reward, prompt-matched; figure: `terminal-versus-H.png`.",
+        "",
+    ]
+    for name, r in results.items():
+        cfg = r.get("config", {})
+        lines.append(
+            f"- `{name}`: substrate {cfg.get('substrate', '?')}, init {cfg.get('init', '?')}, "
+            f"optimizer {cfg.get('optimizer', '?')}, {cfg.get('episodes', '?')} iterations"
+        )
+    lines += ["", "| method | result | " + " | ".join(f"H={h}" for h in lengths) + " |"]
+    lines.append("|---|---|" + "---|" * len(lengths))
+    for m, per in curves.items():
+        for name, c in per.items():
+            cells = {h: f"{e:.1f} +- {se:.1f} ({n})" for h, e, se, n in zip(c["H"], c["error_pct"], c["se_pct"], c["seeds"])}
+            lines.append(f"| {LABELS.get(m, m)} | {name} | " + " | ".join(cells.get(h, "not run") for h in lengths) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("result", type=Path, help="a terminal result JSON from zoo.reproduce")
@@ -241,7 +267,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--versus-length", type=Path, nargs="+", default=None, metavar="RESULT",
         help="also plot final error vs H of these terminal results beside RESULT's "
-        "(e.g. other substrates): OUT/terminal-versus-H.{png,json}",
+        "(e.g. other substrates): OUT/terminal-versus-H.{png,json,md}",
     )
     args = parser.parse_args(argv)
     result = json.loads(args.result.read_text())
@@ -271,6 +297,7 @@ def main(argv: list[str] | None = None) -> dict:
             results[r.get("experiment", Path(path).stem)] = r
         curves = versus_length(results, out / "terminal-versus-H.png")
         write_json_atomic(out / "terminal-versus-H.json", {"sources": list(results), "methods": curves})
+        (out / "terminal-versus-H.md").write_text(versus_length_markdown(curves, results))
         data["versus_length"] = curves
     print(stem.with_suffix(".md").read_text())
     return data
