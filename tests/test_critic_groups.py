@@ -186,3 +186,35 @@ def test_critic_groups_fit_the_target_on_replayed_states_too():
     assert all((stored == s).all(-1).any() for s in replayed)  # every replayed state was stored
     off = TPO("MlpPolicy", "CartPole-v1", batch_size=16, seed=0, critic_kwargs={"replay_states": 0.0}).learn(64)
     assert off._batch.n_groups == 16
+
+
+def test_target_residual_is_the_kl_from_the_target_to_the_policy():
+    from tpo_agents.rollout.critic import target_residual
+
+    logp = torch.log(torch.tensor([[0.5, 0.5], [0.2, 0.8]]))
+    u = torch.tensor([[1.0, -1.0], [0.3, 0.3]])  # state 1: constant scores, q = p
+    q0 = torch.tensor([np.e, 1 / np.e]) / (np.e + 1 / np.e)
+    expected0 = float((q0 * torch.log(q0 / 0.5)).sum())
+    torch.testing.assert_close(target_residual(logp, u), torch.tensor([expected0, 0.0]), atol=1e-6, rtol=0)
+
+
+def test_prioritized_replay_picks_the_states_whose_target_the_policy_has_not_met():
+    obs_space = spaces.Discrete(16)
+    policy = MlpPolicy(obs_space, spaces.Discrete(4), lambda _: 1e-3)
+    critic = QCritic(obs_space, 4, replay_pool=32, seed=0)
+    states = np.arange(16).repeat(10)  # every state equally often in the replay
+    critic.add(states, np.zeros(160, dtype=np.int64), np.zeros(160), states, np.zeros(160, dtype=bool))
+
+    def advantages(obs, _policy):  # only state 5 has actions that differ
+        u = torch.zeros(len(obs), 4)
+        u[np.asarray(obs) == 5] = torch.tensor([3.0, -1.0, -1.0, -1.0])
+        return u
+
+    critic.advantages = advantages
+    drawn = critic.replay_states(4, policy)
+    assert drawn.tolist() == [5, 5, 5, 5]  # 128 drawn into the pool, 8 of them state 5 on average
+    uniform = QCritic(obs_space, 4, replay_pool=1, seed=0)
+    uniform.add(states, np.zeros(160, dtype=np.int64), np.zeros(160), states, np.zeros(160, dtype=bool))
+    assert len(set(uniform.replay_states(40, policy).tolist())) > 5
+    with pytest.raises(ValueError, match="replay_pool"):
+        QCritic(obs_space, 4, replay_pool=0)

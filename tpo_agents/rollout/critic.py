@@ -24,7 +24,7 @@ from torch import nn
 
 from tpo_agents.checks import int_at_least, real_number
 
-__all__ = ["QCritic", "QEnsemble", "critic_advantages"]
+__all__ = ["QCritic", "QEnsemble", "critic_advantages", "target_residual"]
 
 
 def critic_advantages(qs: torch.Tensor, pi: torch.Tensor, relative_floor: float, noise_scale: float) -> torch.Tensor:
@@ -47,6 +47,14 @@ def critic_advantages(qs: torch.Tensor, pi: torch.Tensor, relative_floor: float,
         disagreement = advs.std(0).pow(2).mean(-1, keepdim=True).sqrt()
         scale = torch.maximum(scale, noise_scale * disagreement)
     return adv / scale
+
+
+def target_residual(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """How far each state's policy is from its TPO target (eta 1): ``KL(q || p)`` with
+    ``q = softmax(log p + u)``, ``[N]`` from ``logp`` and ``u`` ``[N, n_actions]`` (0 where
+    ``u`` is constant over the actions). The weights of prioritized replayed states."""
+    logq = torch.log_softmax(logp + u, -1)
+    return (logq.exp() * (logq - logp)).sum(-1).clamp_min(0.0)
 
 
 class QEnsemble(nn.Module):
@@ -91,6 +99,14 @@ class QCritic:
         them a state the policy rarely visits (next to FrozenLake's goal) is fitted too
         seldom, and the shared network's drift toward what pays at the frequent states
         overwrites it.
+    :param replay_pool: replayed states are chosen from a uniform draw of ``replay_pool``
+        times as many, each with probability proportional to how far the policy is from its
+        target there (:func:`target_residual`); 1 (the default) draws them uniformly. A
+        state that is rare in the replay but whose target the policy has not yet met (the
+        state next to FrozenLake's goal, once the policy has settled elsewhere) is then
+        fitted whenever it is drawn into the pool: 8 solved non-slippery FrozenLake on 5 of 5
+        seeds for TPO and GRPO (4 of 5 uniformly) but held CartPole under 200 (2 seeds), where
+        the largest residuals sit at rarely decisive states; so it is not the default.
     :param learning_starts: transitions the critic trains on before its advantages move the
         policy (until then they are 0, so the agent keeps its initial, exploratory policy):
         an unconverged critic's small, consistent errors can otherwise steer the policy into
@@ -114,6 +130,7 @@ class QCritic:
         n_critics: int = 4,
         noise_scale: float = 1.0,
         replay_states: float = 1.0,
+        replay_pool: int = 1,
         seed: int | None = None,
     ):
         self.observation_space, self.n_actions, self.device = observation_space, n_actions, torch.device(device)
@@ -125,6 +142,7 @@ class QCritic:
         self.n_critics = int_at_least("n_critics", n_critics, 1)
         self.noise_scale = real_number("noise_scale", noise_scale, at_least=0.0)
         self.replay_states_ratio = real_number("replay_states", replay_states, at_least=0.0)
+        self.replay_pool = int_at_least("replay_pool", replay_pool, 1)
         self.q = QEnsemble(get_flattened_obs_dim(observation_space), n_actions, net_arch, self.n_critics).to(self.device)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=learning_rate)
@@ -163,12 +181,23 @@ class QCritic:
         self._pending += n
         self.n_seen += n
 
-    def replay_states(self, n_visited: int) -> np.ndarray | None:
-        """``replay_states`` x ``n_visited`` states drawn uniformly from the replay (None: none)."""
+    def replay_states(self, n_visited: int, policy=None) -> np.ndarray | None:
+        """``replay_states`` x ``n_visited`` states from the replay, chosen as ``replay_pool``
+        says (``policy``: the current one, for the priorities; without it, uniformly);
+        None: none."""
         n = int(round(self.replay_states_ratio * n_visited))
         if n == 0 or self._n == 0:
             return None
-        return self._data["obs"][self.rng.integers(0, self._n, size=n)]
+        if self.replay_pool <= 1 or policy is None:
+            return self._data["obs"][self.rng.integers(0, self._n, size=n)]
+        pool = self._data["obs"][self.rng.integers(0, self._n, size=n * self.replay_pool)]
+        with torch.no_grad():
+            obs_t, _ = policy.obs_to_tensor(pool)
+            logp = policy.action_log_probs(obs_t).float().cpu()
+            weight = target_residual(logp, self.advantages(pool, policy)).numpy().astype(np.float64)
+        if not weight.sum() > 0:  # the policy already is its target everywhere in the pool
+            return pool[:n]
+        return pool[self.rng.choice(len(pool), size=n, replace=True, p=weight / weight.sum())]
 
     # ---------------------------------------------------------------- learning
     def update(self, policy) -> float:

@@ -133,7 +133,7 @@ class CriticCollector(Collector):
             collected += len(actions)
         ctx.scorer.update(ctx.policy)
         fitted = _stack_states(states)
-        replayed = ctx.scorer.replay_states(len(fitted))
+        replayed = ctx.scorer.replay_states(len(fitted), ctx.policy)
         if replayed is not None:
             fitted = np.concatenate([fitted, replayed], axis=0)
         every_action = torch.arange(n_actions).repeat(len(fitted), 1)
