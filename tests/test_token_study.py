@@ -373,6 +373,15 @@ def test_cached_only_report_of_a_partial_sweep_marks_missing_settings(tmp_path):
     assert set(data["methods"]) == {"dg"}
 
 
+def test_a_cell_with_fewer_seeds_than_asked_is_named_in_the_heading(tmp_path):
+    run(tmp_path, "terminal", "--lengths", "2", "--seeds", "2", "--episodes", "2", "--methods", "dg", "--workers", "1")
+    run(tmp_path, "terminal", "--lengths", "2", "--seeds", "1", "--episodes", "2", "--methods", "tpo", "--workers", "1")
+    run(tmp_path, "terminal", "--lengths", "2", "--seeds", "2", "--episodes", "2", "--methods", "tpo", "dg",
+        "--workers", "1", "--cached-only")
+    md = (tmp_path / "terminal-paper.md").read_text()
+    assert "Ours: 2 seeds (fewer so far: TPO at H=2 1), 2 iterations" in md
+
+
 # ------------------------------------------------------------------ method names and aliases
 
 

@@ -82,6 +82,19 @@ def substrate_line(cfg: Mapping) -> str:
     return f"{line} {cfg['substrate_note']}" if cfg.get("substrate_note") else line
 
 
+def seeds_short_note(result: dict) -> str:
+    """`` (fewer so far: GRPO at H=10 3)`` for the cells of a sweep still running that have
+    fewer seeds than asked; empty when every cell has them all."""
+    asked = result["config"]["seeds"]
+    short = [
+        f"{label(method)} at {setting} {cell['n_seeds']}"
+        for method, per in result["methods"].items()
+        for setting, cell in per.items()
+        if isinstance(cell, dict) and cell.get("n_seeds", asked) < asked
+    ]
+    return f" (fewer so far: {', '.join(short)})" if short else ""
+
+
 def markdown(result: dict, exp: TokenExperiment) -> str:
     cfg = result["config"]
     metric_names = {
@@ -90,8 +103,8 @@ def markdown(result: dict, exp: TokenExperiment) -> str:
     }
     lines = [f"# {result['experiment']}", "", exp.notes, ""]
     lines.append(
-        f"Ours: {cfg['seeds']} seeds, {cfg['episodes']} iterations, match={cfg['match']}; cells are "
-        "`ours (paper)`. Error = 1 - mean return of the training batch."
+        f"Ours: {cfg['seeds']} seeds{seeds_short_note(result)}, {cfg['episodes']} iterations, "
+        f"match={cfg['match']}; cells are `ours (paper)`. Error = 1 - mean return of the training batch."
     )
     lines += ["", substrate_line(cfg), ""]
     settings_rows = exp.layout == "settings_rows"
