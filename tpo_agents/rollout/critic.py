@@ -22,6 +22,7 @@ from gymnasium import spaces
 from stable_baselines3.common.preprocessing import get_flattened_obs_dim, preprocess_obs
 from torch import nn
 
+from tpo_agents import objectives as obj
 from tpo_agents.checks import int_at_least, real_number
 
 __all__ = ["QCritic", "QEnsemble", "critic_advantages", "target_residual"]
@@ -53,8 +54,7 @@ def target_residual(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """How far each state's policy is from its TPO target (eta 1): ``KL(q || p)`` with
     ``q = softmax(log p + u)``, ``[N]`` from ``logp`` and ``u`` ``[N, n_actions]`` (0 where
     ``u`` is constant over the actions). The weights of prioritized replayed states."""
-    logq = torch.log_softmax(logp + u, -1)
-    return (logq.exp() * (logq - logp)).sum(-1).clamp_min(0.0)
+    return obj.kl_divergence(obj.tpo_target(logp, u), logp).clamp_min(0.0)
 
 
 class QEnsemble(nn.Module):
