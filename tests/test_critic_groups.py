@@ -53,6 +53,16 @@ def test_tpo_with_default_hyperparameters_balances_cartpole():
     assert mean_return >= 150, mean_return  # a random policy: ~20; 500 is the maximum
 
 
+@pytest.mark.slow
+def test_tpo_with_default_hyperparameters_swings_up_acrobot():
+    # Acrobot pays -1 per step: |V| is about 100 while the first useful advantages are about
+    # 0.006. A floor on |V| held the policy at -500 for 200k steps; the default floor, on the
+    # spread of V, lets it take off (measured: about -85 from 40k to 50k steps, 5 of 5 seeds).
+    model = TPO("MlpPolicy", "Acrobot-v1", seed=0).learn(60_000)
+    mean_return, _ = evaluate_policy(model, gym.make("Acrobot-v1"), n_eval_episodes=5, deterministic=True, warn=False)
+    assert mean_return >= -200, mean_return  # a random policy: -500 (the time limit)
+
+
 def test_grpo_takes_the_critics_advantages_as_they_are():
     from tpo_agents import objectives as obj
 
@@ -136,6 +146,30 @@ def test_critic_advantages_closed_form_with_one_critic():
     torch.testing.assert_close(critic_advantages(q, pi, 0.0, 0.0), adv / adv.std())
     # The floor: 10 x the mean |V| (2, 2, 0 -> 4/3) is above the advantages' std.
     torch.testing.assert_close(critic_advantages(q, pi, 10.0, 0.0), adv / (10.0 * 4 / 3))
+
+
+def test_the_scale_is_at_least_a_fraction_of_the_spread_of_state_values():
+    from tpo_agents.rollout.critic import critic_advantages
+
+    q = torch.tensor([[[1.0, 3.0], [2.0, 2.0], [0.0, 4.0]]])
+    pi = torch.tensor([[0.5, 0.5], [0.25, 0.75], [1.0, 0.0]])
+    adv = torch.tensor([[-1.0, 1.0], [0.0, 0.0], [0.0, 4.0]])
+    v_std = torch.tensor([2.0, 2.0, 0.0]).std()  # V = (2, 2, 0)
+    torch.testing.assert_close(critic_advantages(q, pi, 0.0, 0.0, value_floor=10.0), adv / (10.0 * v_std))
+    torch.testing.assert_close(critic_advantages(q, pi, 0.0, 0.0, value_floor=0.5), adv / adv.std())  # below
+    # A constant added to every Q moves |V| but not the spread of V: the value floor ignores it.
+    shifted = critic_advantages(q - 100.0, pi, 0.0, 0.0, value_floor=10.0)
+    torch.testing.assert_close(shifted, adv / (10.0 * v_std))
+    assert critic_advantages(q - 100.0, pi, 0.05, 0.0).abs().max() < 1.0  # the |V| floor shrinks them
+    # One state: no spread, no floor from it.
+    torch.testing.assert_close(critic_advantages(q[:, :1], pi[:1], 0.0, 0.0, value_floor=10.0), torch.tensor([[-1.0, 1.0]]) / 2**0.5)
+
+
+def test_the_default_floors_and_bad_floors_are_named():
+    assert (QCritic(spaces.Discrete(4), 2).relative_floor, QCritic(spaces.Discrete(4), 2).value_floor) == (0.0, 0.5)
+    for name in ("relative_floor", "value_floor"):
+        with pytest.raises(ValueError, match=name):
+            QCritic(spaces.Discrete(4), 2, **{name: -0.1})
 
 
 def test_critic_advantages_shrink_where_the_critics_disagree():

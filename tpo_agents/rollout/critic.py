@@ -28,22 +28,27 @@ from tpo_agents.checks import int_at_least, real_number
 __all__ = ["QCritic", "QEnsemble", "critic_advantages", "target_residual"]
 
 
-def critic_advantages(qs: torch.Tensor, pi: torch.Tensor, relative_floor: float, noise_scale: float) -> torch.Tensor:
+def critic_advantages(
+    qs: torch.Tensor, pi: torch.Tensor, relative_floor: float, noise_scale: float, value_floor: float = 0.0
+) -> torch.Tensor:
     """The scores of critic groups: ``(Q(s, a) - V(s)) / scale(s)``, ``[N, n_actions]``.
 
     ``qs``: ``[n_critics, N, n_actions]``, each critic's ``Q``; ``pi``: ``[N, n_actions]``.
     ``Q`` is the critics' mean and ``V(s) = sum_a pi(a | s) Q(s, a)``. The scale is one for
-    the whole batch, the advantages' standard deviation, floored at ``relative_floor`` times
-    the mean ``|V|`` (once the critic can hardly tell actions apart, as under a good policy,
-    its noise must not be blown up to unit-size scores). With several critics a state's
-    scale is also at least ``noise_scale`` times the root-mean-square over its actions of
-    the critics' disagreement (standard deviation) about the advantage: where they disagree,
-    the policy moves less.
+    the whole batch, the advantages' standard deviation, floored at ``value_floor`` times
+    the standard deviation of ``V`` over the batch's states and at ``relative_floor`` times
+    the mean ``|V|``: once the critic can hardly tell actions apart, as under a good
+    policy, its noise must not be blown up to unit-size scores. With several critics a
+    state's scale is also at least ``noise_scale`` times the root-mean-square over its
+    actions of the critics' disagreement (standard deviation) about the advantage: where
+    they disagree, the policy moves less.
     """
     advs = qs - (pi * qs).sum(-1, keepdim=True)  # each critic's advantages
     adv = advs.mean(0)
     v = (pi * qs.mean(0)).sum(-1, keepdim=True)
-    scale = torch.maximum(adv.std(), relative_floor * v.abs().mean()).clamp_min(1e-8).expand_as(v)
+    spread = v.std() if len(v) > 1 else v.new_zeros(())  # of V over the states
+    floor = torch.maximum(relative_floor * v.abs().mean(), value_floor * spread)
+    scale = torch.maximum(adv.std(), floor).clamp_min(1e-8).expand_as(v)
     if qs.shape[0] > 1 and noise_scale > 0:
         disagreement = advs.std(0).pow(2).mean(-1, keepdim=True).sqrt()
         scale = torch.maximum(scale, noise_scale * disagreement)
@@ -88,7 +93,14 @@ class QCritic:
     :param batch_size: transitions per critic gradient step.
     :param updates_per_step: critic gradient steps per collected transition.
     :param tau: Polyak coefficient of the target network.
-    :param relative_floor: the advantages' scale is at least this fraction of the mean |V|.
+    :param relative_floor: the advantages' scale is at least this fraction of the mean
+        ``|V|`` (0 by default: ``|V|`` moves with a constant added to the reward; under
+        Acrobot's -1 per step it is near 100 while the advantages that matter are about
+        0.01 at first, and a floor of 0.05 held the policy at -500).
+    :param value_floor: the advantages' scale is at least this fraction of the standard
+        deviation of ``V`` over the batch's states: actions move the policy in proportion
+        to how much they matter next to where the agent is. Unlike ``|V|`` it ignores a
+        reward offset (docs/algorithms.md 4.5).
     :param n_critics: independent critics (different initialisations, same data); the
         scores use their mean.
     :param noise_scale: a state's scale is at least this times the critics' disagreement
@@ -126,7 +138,8 @@ class QCritic:
         batch_size: int = 256,
         updates_per_step: float = 0.25,
         tau: float = 0.005,
-        relative_floor: float = 0.05,
+        relative_floor: float = 0.0,
+        value_floor: float = 0.5,
         learning_starts: int = 0,
         n_critics: int = 4,
         noise_scale: float = 1.0,
@@ -136,7 +149,8 @@ class QCritic:
     ):
         self.observation_space, self.n_actions, self.device = observation_space, n_actions, torch.device(device)
         self.gamma, self.batch_size, self.updates_per_step, self.tau = gamma, batch_size, updates_per_step, tau
-        self.relative_floor = relative_floor
+        self.relative_floor = real_number("relative_floor", relative_floor, at_least=0.0)
+        self.value_floor = real_number("value_floor", value_floor, at_least=0.0)
         self.learning_starts = int_at_least("learning_starts", learning_starts, 0)
         self.n_seen = 0
         """Transitions added so far."""
@@ -241,7 +255,7 @@ class QCritic:
             return torch.zeros_like(qs[0])  # the critic is still learning: no policy update yet
         obs_t, _ = policy.obs_to_tensor(obs)
         pi = policy.action_log_probs(obs_t).exp().float().cpu()
-        return critic_advantages(qs, pi, self.relative_floor, self.noise_scale)
+        return critic_advantages(qs, pi, self.relative_floor, self.noise_scale, getattr(self, "value_floor", 0.0))
 
     @torch.no_grad()
     def scores(self, obs) -> torch.Tensor:
