@@ -96,7 +96,7 @@ class QCritic:
     :param relative_floor: the advantages' scale is at least this fraction of the mean
         ``|V|`` (0 by default: ``|V|`` moves with a constant added to the reward; under
         Acrobot's -1 per step it is near 100 while the advantages that matter are about
-        0.01 at first, and a floor of 0.05 held the policy at -500).
+        below 0.01 at first, and a floor of 0.05 held the policy at -500).
     :param value_floor: the advantages' scale is at least this fraction of the standard
         deviation of ``V`` over the batch's states: actions move the policy in proportion
         to how much they matter next to where the agent is. Unlike ``|V|`` it ignores a
@@ -255,7 +255,8 @@ class QCritic:
             return torch.zeros_like(qs[0])  # the critic is still learning: no policy update yet
         obs_t, _ = policy.obs_to_tensor(obs)
         pi = policy.action_log_probs(obs_t).exp().float().cpu()
-        return critic_advantages(qs, pi, self.relative_floor, self.noise_scale, getattr(self, "value_floor", 0.0))
+        value_floor = getattr(self, "value_floor", 0.0)  # a critic saved before it existed keeps its rule
+        return critic_advantages(qs, pi, self.relative_floor, self.noise_scale, value_floor)
 
     @torch.no_grad()
     def scores(self, obs) -> torch.Tensor:
