@@ -95,7 +95,7 @@ class QCritic:
     :param tau: Polyak coefficient of the target network.
     :param relative_floor: the advantages' scale is at least this fraction of the mean
         ``|V|`` (0 by default: ``|V|`` moves with a constant added to the reward; under
-        Acrobot's -1 per step it is near 100 while the advantages that matter are about
+        Acrobot's -1 per step it is near 100 while the advantages that matter are
         below 0.01 at first, and a floor of 0.05 held the policy at -500).
     :param value_floor: the advantages' scale is at least this fraction of the standard
         deviation of ``V`` over the batch's states: actions move the policy in proportion
