@@ -604,6 +604,19 @@ def protocol(cfg: dict) -> str:
     )
 
 
+def budget_remark(timesteps: int, hyperparameters: Mapping[str, Any]) -> str:
+    """Where the benchmark's budget is below the ``n_timesteps`` rl-zoo3 tuned the entry for,
+    a clause saying so (PPO-zoo is then read before the end of the run it was tuned for);
+    otherwise ''."""
+    tuned = (hyperparameters.get("dropped") or {}).get("n_timesteps")
+    if tuned is None or timesteps >= float(tuned):
+        return ""
+    return (
+        f"; the budget here, {timesteps:,} env steps, is {timesteps / float(tuned):.3g} x the "
+        f"n_timesteps rl-zoo3 tuned this entry for ({float(tuned):,.0f})"
+    )
+
+
 def markdown(result: dict) -> str:
     """The summary page: protocol, table, match lines, PPO-zoo settings, skipped envs."""
     title = "# Gym defaults: TPO and GRPO with default hyperparameters vs PPO with rl-zoo3's tuned ones"
@@ -624,7 +637,7 @@ def markdown(result: dict) -> str:
         norm = f", VecNormalize({json.dumps(hp['normalize_kwargs'])})" if hp["normalize"] else ""
         lines.append(
             f"- {env_name}: {hp['source']}: n_envs {hp['n_envs']}{norm}, PPO `{json.dumps(hp['ppo_kwargs'])}`; "
-            f"dropped `{json.dumps(hp['dropped'])}`."
+            f"dropped `{json.dumps(hp['dropped'])}`{budget_remark(result['envs'][env_name]['timesteps'], hp)}."
         )
     if result["skipped"]:
         lines += ["", "## Skipped envs", ""]

@@ -115,6 +115,8 @@ def test_tiny_run_writes_json_png_md_and_the_cache(gd, tiny):
     assert "matches PPO-zoo |" in md
     assert re.search(rf"TPO with defaults matches PPO-zoo on {tpo['matches']} of 2 envs", md)
     assert "IdentityEnv-10: ppo_zoo: no rl-zoo3 entry, SB3 defaults" in md
+    # CartPole's 300 steps are 0.003 x the 100,000 rl-zoo3 tuned PPO-zoo for: the page says so.
+    assert "the budget here, 300 env steps, is 0.003 x the n_timesteps rl-zoo3 tuned this entry for (100,000)" in md
     assert "## Skipped envs" in md and "- LunarLander-v3: needs _no_such_module_" in md
 
     cache = out / "cache" / "gym_defaults"
@@ -206,6 +208,15 @@ def test_ppo_zoo_eval_env_uses_the_training_normalization(gd):
     finally:
         eval_env.close()
         train.close()
+
+
+def test_budget_remark_says_when_ppo_zoo_is_cut_short(gd):
+    lunar = {"dropped": {"n_timesteps": 1e6, "policy": "MlpPolicy"}}
+    assert gd.budget_remark(300_000, lunar) == (
+        "; the budget here, 300,000 env steps, is 0.3 x the n_timesteps rl-zoo3 tuned this entry for (1,000,000)"
+    )
+    assert gd.budget_remark(1_000_000, lunar) == "" and gd.budget_remark(2_000_000, lunar) == ""
+    assert gd.budget_remark(10, {"dropped": {}}) == "" and gd.budget_remark(10, {}) == ""
 
 
 def test_convert_zoo_entry(gd):
