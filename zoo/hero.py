@@ -206,10 +206,13 @@ def versus_length(results: dict[str, dict], path: Path) -> dict:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     methods = list(dict.fromkeys(m for r in results.values() for m in r["methods"]))
     data: dict = {m: {} for m in methods}
-    fig, axes = plt.subplots(1, len(methods), figsize=(3.2 * len(methods), 3.4), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        1, len(methods), figsize=(3.2 * len(methods), 3.4), squeeze=False, sharex=True, sharey=True
+    )
     for ax, m in zip(axes[0], methods):
         for i, (name, r) in enumerate(results.items()):
             per = r["methods"].get(m, {})
@@ -223,6 +226,7 @@ def versus_length(results: dict[str, dict], path: Path) -> dict:
             ax.errorbar(xs, ys, yerr=es, marker="os^D"[i % 4], capsize=3, label=name)
         ax.set_title(LABELS.get(m, m))
         ax.set_xlabel("H")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # H is a whole number
         ax.set_ylim(-3, 103)
         ax.legend(fontsize=7)
     axes[0, 0].set_ylabel("final exact-match error % (last iteration)")
