@@ -198,6 +198,24 @@ def test_report_on_two_result_files_elsewhere(tmp_path):
     assert "Skipped files" not in md
 
 
+def test_report_finds_the_figure_and_page_of_a_name_with_dots(tmp_path):
+    # zoo.reproduce names variants "-lr0.001"; Path.with_suffix would take ".001" for the
+    # extension and look for "...-lr0.png", so every learning rate shared one missing figure.
+    results = tmp_path / "results"
+    run(results, "tabular-single", "--seeds", "2", "--steps", "5")
+    for lr in ("0.001", "0.003"):
+        for ext in ("json", "png", "md"):
+            (results / f"tabular-single-lr{lr}.{ext}").write_bytes((results / f"tabular-single.{ext}").read_bytes())
+        page = results / f"tabular-single-lr{lr}.md"
+        page.write_text(page.read_text() + f"\nPage of lr {lr}.\n")
+    for ext in ("json", "png", "md"):
+        (results / f"tabular-single.{ext}").unlink()
+    md = report.main([str(results)]).read_text()
+    assert "is missing" not in md
+    assert image_links(md) == ["tabular-single-lr0.001.png", "tabular-single-lr0.003.png"]
+    assert "Page of lr 0.001." in md and "Page of lr 0.003." in md
+
+
 def test_report_of_the_committed_results(tmp_path):
     page = report.main([str(DOCS_RESULTS), "--out", str(tmp_path / "REPORT.md")])
     md = page.read_text()

@@ -66,9 +66,15 @@ class Entry:
     name: str
     data: dict
 
-    @property
-    def stem(self) -> Path:
-        return self.path.with_suffix("")
+    def sibling(self, ext: str) -> Path:
+        """The file beside this result with extension ``ext`` (see :func:`sibling`)."""
+        return sibling(self.path, ext)
+
+
+def sibling(path: Path, ext: str) -> Path:
+    """``path`` (a ``.json``) with ``ext`` instead; names may hold dots (``-lr0.001``), which
+    ``Path.with_suffix`` would take for the extension."""
+    return path.with_name(path.name.removesuffix(".json") + ext)
 
 
 def classify(data: object) -> str | None:
@@ -110,7 +116,7 @@ def collect(folder: Path) -> tuple[list[Entry], list[tuple[Path, str]]]:
             skipped.append((path, f"not readable JSON ({type(exc).__name__}: {exc})"))
             continue
         kind = classify(data)
-        if kind is None and isinstance(data, dict) and path.with_suffix(".md").is_file():
+        if kind is None and isinstance(data, dict) and sibling(path, ".md").is_file():
             kind = "other"  # a result of some other script that wrote its own page
         if kind is None:
             keys = sorted(data)[:6] if isinstance(data, dict) else type(data).__name__
@@ -210,7 +216,7 @@ def anchor(title: str) -> str:
 
 def result_markdown(entry: Entry) -> str:
     """The tables of a result: its ``.md`` file, else rebuilt from the JSON."""
-    md = entry.stem.with_suffix(".md")
+    md = entry.sibling(".md")
     if md.is_file():
         return demote(md.read_text())
     if entry.kind == "reproduce":
@@ -274,7 +280,7 @@ def section(entry: Entry, folder: Path, page: Path) -> tuple[str, list[str]]:
     lines = [f"## {title}", ""]
     lines.append(f"Source: [`{entry.path.name}`]({link(entry.path, page)})")
     lines.append("")
-    png = entry.stem.with_suffix(".png")
+    png = entry.sibling(".png")
     if png.is_file():
         lines += [f"![{entry.name}]({link(png, page)})", ""]
     elif entry.kind not in ("speed", "other"):
