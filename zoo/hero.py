@@ -1,9 +1,10 @@
 """The paper's hero comparison (Table 3 at H = 10, prompt-matched): ours beside the artifact's.
 
 Reads a ``terminal`` result (``python -m zoo.reproduce terminal --lengths 10 --methods tpo grpo
-dg``) and writes ``OUT/hero-H10-<substrate>.{json,png,md}``: per method the mean final error
-+- s.e. (at the last iteration, the paper's Table 3 value, and over the last 50), every seed's
-final error, take-off iteration (first below 50 % error) and iterations to 1 %, each beside the
+dg``) and writes ``OUT/hero-H10-<name>.{json,png,md}`` (name: the result's less "terminal-",
+e.g. ``paper``): per method the mean final error +- s.e. (at the last iteration, the paper's
+Table 3 value, and over the last 50), every seed's final error, take-off iteration (first below
+50 % error), iterations to 1 % and how the gradient norm fades once solved, each beside the
 same statistic of the paper's published 20-seed curves, with the z-score of the difference of
 the two means (``|z| <= 2``: within about two standard errors). The figure shows the mean
 curve +- s.e. and every seed's curve, ours on the left and the artifact's statistics in the
@@ -26,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from zoo.results import write_json_atomic
+from zoo.token_jobs import GRAD_WINDOW
 
 ARTIFACT_H10 = {
     # From the artifact's published curves (20 seeds, seeds 0..19, 2000 iterations, terminal
@@ -83,6 +85,35 @@ def count_reached(values) -> str:
     return f"{len(reached)}/{len(values)} (median {int(np.median(reached))})"
 
 
+SOLVED_ERROR = 0.01
+"""A seed counts as solved when its final error (mean of the last 50 iterations) is below this."""
+
+
+def gradient_fade(summary: dict) -> dict | None:
+    """Does the gradient die out once the task is solved (the paper's claim for TPO)?
+
+    From one (method, setting) summary: the seed mean of each seed's median gradient norm over
+    its first iterations (all seeds) and over its last iterations (solved seeds only; see
+    :data:`SOLVED_ERROR`), their ratio, and the solved seeds' mean over the last iterations
+    (which counts the spikes the median leaves out). None for summaries made before these per-seed
+    statistics were recorded."""
+    keys = ("grad_norm_first_per_seed", "grad_norm_last_per_seed", "grad_norm_last_mean_per_seed")
+    if any(k not in summary for k in keys):
+        return None
+    first, last, last_mean = (summary[k] for k in keys)
+    solved = [i for i, e in enumerate(summary["final_error_per_seed"]) if e < SOLVED_ERROR]
+    start = float(np.mean(first))
+    end = float(np.mean([last[i] for i in solved])) if solved else None
+    return {
+        "n_solved": len(solved),
+        "n_seeds": len(first),
+        "first": start,
+        "last_solved": end,
+        "last_mean_solved": float(np.mean([last_mean[i] for i in solved])) if solved else None,
+        "last_over_first": None if end is None or start == 0 else end / start,
+    }
+
+
 def compare(result: dict, setting: str = "H=10") -> dict:
     """Per-method statistics of ``result`` at ``setting`` beside the artifact's."""
     rows = {}
@@ -100,6 +131,7 @@ def compare(result: dict, setting: str = "H=10") -> dict:
             "takeoff_per_seed": s["takeoff_iteration_per_seed"],
             "steps_to_1pct_per_seed": s["steps_to_1pct_per_seed"],
             "seconds_per_iteration": s.get("seconds_per_iteration"),
+            "gradient": gradient_fade(s),
         }
         ref = ARTIFACT_H10.get(method) if setting == "H=10" else None
         if ref is not None:
@@ -154,6 +186,28 @@ def markdown(rows: dict, result: dict, setting: str) -> str:
             )
         ]
         lines.append(f"- {LABELS.get(method, method)}: " + "; ".join(cells))
+    fades = {LABELS.get(m, m): r["gradient"] for m, r in rows.items() if r.get("gradient")}
+    if fades:
+        lines += ["", gradient_table(fades)]
+    return "\n".join(lines) + "\n"
+
+
+def gradient_table(fades: dict[str, dict], label: str = "method") -> str:
+    """Markdown for :func:`gradient_fade` results keyed by ``label`` (a method, or a
+    (method, result) pair joined by " | ")."""
+    fmt = lambda x: "-" if x is None else f"{x:.3g}"  # noqa: E731
+    lines = [
+        f"Gradient norm: a seed's median (or mean) over its first / last {GRAD_WINDOW} iterations, "
+        f"then the mean over seeds; the last only over solved seeds (final error < {100 * SOLVED_ERROR:g} %).",
+        "",
+        f"| {label} | solved | first, median | last, median (solved) | last, mean (solved) | last / first (medians) |",
+        "|---" * (label.count("|") + 6) + "|",
+    ]
+    for key, g in fades.items():
+        lines.append(
+            f"| {key} | {g['n_solved']}/{g['n_seeds']} | {fmt(g['first'])} | {fmt(g['last_solved'])} "
+            f"| {fmt(g['last_mean_solved'])} | {fmt(g['last_over_first'])} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -192,6 +246,12 @@ def plot(result: dict, setting: str, path: Path, artifact_npz: Path | None = Non
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def result_name(result: dict, path: Path) -> str:
+    """A terminal result's name without the experiment: "paper", "ours-adamw-lr0.003"."""
+    name = result.get("experiment") or path.name.removesuffix(".json")
+    return name.removeprefix("terminal-") or result["config"].get("substrate", "unknown")
 
 
 def _length(setting: str) -> int | None:
@@ -236,9 +296,10 @@ def versus_length(results: dict[str, dict], path: Path) -> dict:
     return data
 
 
-def versus_length_markdown(curves: dict, results: dict[str, dict]) -> str:
+def versus_length_markdown(curves: dict, results: dict[str, dict], setting: str | None = None) -> str:
     """The numbers of :func:`versus_length` as a table: one row per (method, result), one
-    column per H, cells ``error % +- s.e. (seeds)``; each result's substrate is named."""
+    column per H, cells ``error % +- s.e. (seeds)``; each result's substrate is named. With
+    ``setting``, also every (method, result)'s :func:`gradient_fade` there."""
     lengths = sorted({h for per in curves.values() for c in per.values() for h in c["H"]})
     lines = [
         "# Final error vs H, by substrate",
@@ -259,6 +320,14 @@ def versus_length_markdown(curves: dict, results: dict[str, dict]) -> str:
         for name, c in per.items():
             cells = {h: f"{e:.1f} +- {se:.1f} ({n})" for h, e, se, n in zip(c["H"], c["error_pct"], c["se_pct"], c["seeds"])}
             lines.append(f"| {LABELS.get(m, m)} | {name} | " + " | ".join(cells.get(h, "not run") for h in lengths) + " |")
+    fades = {
+        f"{LABELS.get(m, m)} | {name}": fade
+        for m in curves
+        for name, r in results.items()
+        if setting in r["methods"].get(m, {}) and (fade := gradient_fade(r["methods"][m][setting]))
+    }
+    if fades:
+        lines += ["", f"## Gradient at {setting}", "", gradient_table(fades, label="method | result")]
     return "\n".join(lines) + "\n"
 
 
@@ -283,7 +352,8 @@ def main(argv: list[str] | None = None) -> dict:
     out = args.out or args.result.parent
     out.mkdir(parents=True, exist_ok=True)
     tag = args.setting.replace("=", "")
-    stem = out / f"hero-{tag}-{result['config'].get('substrate', 'unknown')}"
+    stem = f"hero-{tag}-{result_name(result, args.result)}"  # may hold dots: no with_suffix
+    path = {ext: out / f"{stem}.{ext}" for ext in ("json", "md", "png")}
     rows = compare(result, args.setting)
     data = {
         "source": str(args.result),
@@ -291,19 +361,19 @@ def main(argv: list[str] | None = None) -> dict:
         "config": {k: result["config"].get(k) for k in ("substrate", "init", "optimizer", "episodes", "seeds")},
         "methods": rows,
     }
-    write_json_atomic(stem.with_suffix(".json"), data)
-    stem.with_suffix(".md").write_text(markdown(rows, result, args.setting))
-    plot(result, args.setting, stem.with_suffix(".png"), args.artifact_npz)
+    write_json_atomic(path["json"], data)
+    path["md"].write_text(markdown(rows, result, args.setting))
+    plot(result, args.setting, path["png"], args.artifact_npz)
     if args.versus_length:
         results = {}
-        for path in [args.result, *args.versus_length]:
-            r = json.loads(Path(path).read_text())
-            results[r.get("experiment", Path(path).stem)] = r
+        for source in [args.result, *args.versus_length]:
+            r = json.loads(Path(source).read_text())
+            results[r.get("experiment", Path(source).name.removesuffix(".json"))] = r
         curves = versus_length(results, out / "terminal-versus-H.png")
         write_json_atomic(out / "terminal-versus-H.json", {"sources": list(results), "methods": curves})
-        (out / "terminal-versus-H.md").write_text(versus_length_markdown(curves, results))
+        (out / "terminal-versus-H.md").write_text(versus_length_markdown(curves, results, args.setting))
         data["versus_length"] = curves
-    print(stem.with_suffix(".md").read_text())
+    print(path["md"].read_text())
     return data
 
 

@@ -33,6 +33,10 @@ FINAL_WINDOW = 50
 """``final_error`` is the mean error over this many last iterations."""
 TAKEOFF_ERROR = 0.5
 """Take-off iteration: the first iteration whose training-batch error is below this."""
+GRAD_WINDOW = 50
+"""``grad_norm_first/last_per_seed``: a seed's median gradient norm over this many first / last
+iterations (the median, because one early iteration can spike by orders of magnitude);
+``grad_norm_last_mean_per_seed``: the mean over the last ones (which the spikes do move)."""
 
 RECORD_FIELDS: tuple[str, ...] = (
     "spec", "agent", "error", "grad_norm", "takeoff_iteration", "steps_to_1pct", "seconds",
@@ -224,6 +228,10 @@ def summarize_jobs(jobs: Sequence[Job], records: Mapping[str, dict], episodes: i
         summary["last_iteration_error"] = float(error[:, -1].mean())
         summary["last_iteration_error_se"] = float(standard_error(error[:, -1]))
         summary["last_iteration_error_per_seed"] = error[:, -1].tolist()
+        window = min(GRAD_WINDOW, episodes)
+        summary["grad_norm_first_per_seed"] = np.median(grad[:, :window], axis=1).tolist()
+        summary["grad_norm_last_per_seed"] = np.median(grad[:, -window:], axis=1).tolist()
+        summary["grad_norm_last_mean_per_seed"] = grad[:, -window:].mean(1).tolist()
         summary["takeoff_iteration_per_seed"] = [r["takeoff_iteration"] for r in recs]
         summary["steps_to_1pct_per_seed"] = [r["steps_to_1pct"] for r in recs]
         summary["seconds"] = round(float(sum(r["seconds"] for r in recs)), 2)
