@@ -249,9 +249,8 @@ def plot(result: dict, setting: str, path: Path, artifact_npz: Path | None = Non
 
 
 def result_name(result: dict, path: Path) -> str:
-    """A terminal result's name without the experiment: "paper", "ours-adamw-lr0.003"."""
-    name = result.get("experiment") or path.name.removesuffix(".json")
-    return name.removeprefix("terminal-") or result["config"].get("substrate", "unknown")
+    """A result's name as zoo.reproduce gave it ("terminal-ours-adamw-lr0.003"), else its file's."""
+    return result.get("experiment") or Path(path).name.removesuffix(".json")
 
 
 def _length(setting: str) -> int | None:
@@ -352,7 +351,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = args.out or args.result.parent
     out.mkdir(parents=True, exist_ok=True)
     tag = args.setting.replace("=", "")
-    stem = f"hero-{tag}-{result_name(result, args.result)}"  # may hold dots: no with_suffix
+    stem = f"hero-{tag}-{result_name(result, args.result).removeprefix('terminal-')}"  # dots: no with_suffix
     path = {ext: out / f"{stem}.{ext}" for ext in ("json", "md", "png")}
     rows = compare(result, args.setting)
     data = {
@@ -368,7 +367,7 @@ def main(argv: list[str] | None = None) -> dict:
         results = {}
         for source in [args.result, *args.versus_length]:
             r = json.loads(Path(source).read_text())
-            results[r.get("experiment", Path(source).name.removesuffix(".json"))] = r
+            results[result_name(r, source)] = r
         curves = versus_length(results, out / "terminal-versus-H.png")
         write_json_atomic(out / "terminal-versus-H.json", {"sources": list(results), "methods": curves})
         (out / "terminal-versus-H.md").write_text(versus_length_markdown(curves, results, args.setting))
