@@ -26,7 +26,7 @@ How it is measured
     axis (``benchmarks.classic_control``'s callback). With ``VecNormalize`` the eval env
     normalizes observations with the training env's statistics, copied before each
     evaluation, and leaves rewards raw. Runs (env x method x seed) go through
-    ``zoo.sweep``: separate processes with one torch thread each, at most ``--workers``
+    ``zoo.jobs.sweep``: separate processes with one torch thread each, at most ``--workers``
     at a time (1: in this process), each finished run cached as
     ``OUT/cache/gym_defaults/<env>__<method>__seed<s>.json`` with its config (``spec``). A
     rerun reuses cached runs, retries failed ones, and refuses a cache file whose config
@@ -84,8 +84,8 @@ from benchmarks.classic_control import (  # noqa: E402
 )
 from tpo_agents.atomic import atomic_path  # noqa: E402
 from zoo.cli import positive_float, positive_int  # noqa: E402
-from zoo.results import write_json_atomic  # noqa: E402
-from zoo.sweep import code_version, run_sweep  # noqa: E402
+from zoo.jobs.results import write_json_atomic  # noqa: E402
+from zoo.jobs.sweep import code_version, run_sweep  # noqa: E402
 
 NAME = "gym_defaults"
 METHODS = ("tpo", "grpo", "ppo_zoo")
@@ -313,7 +313,7 @@ def method_hyperparameters(env_name: str, method: str) -> dict[str, Any]:
 
 @dataclass
 class Run:
-    """One (env, method, seed) run: a ``zoo.sweep`` job."""
+    """One (env, method, seed) run: a ``zoo.jobs.sweep`` job."""
 
     env: str
     method: str
@@ -469,7 +469,7 @@ def read_cache(runs: list[Run], out: Path) -> dict[str, dict]:
 
     Raises :class:`CacheConfigError` naming the files whose config differs from the
     run's (a changed budget, eval setting or hyperparameter is never mixed in). A file
-    that cannot be read is left to ``zoo.sweep`` (which warns and runs the job again).
+    that cannot be read is left to ``zoo.jobs.sweep`` (which warns and runs the job again).
     """
     found, differing = {}, []
     for run in runs:

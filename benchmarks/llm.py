@@ -10,7 +10,7 @@ clipping at norm 1 and a constant learning rate everywhere):
   gradient checkpointing, are for GPUs: on this CPU they make a step about 5x slower);
 * ``trl_tpo``: our ``tpo_agents.trl.TPOTrainer`` (the same trainer with TPO's loss).
 
-The model is :func:`tpo_agents.llm.tiny.build_tiny_causal_lm` (random 2-layer Llama,
+The model is :func:`zoo.paper.llm.tiny.build_tiny_causal_lm` (random 2-layer Llama,
 character tokenizer, chat template), saved to a folder and loaded from it by every
 implementation; the task is ``TinyArithmetic-v0`` (``"3+4="``: reward 1 iff the first
 character of the completion is the answer digit), by default its first 10 sums
@@ -95,7 +95,7 @@ def make_env(setup: Setup):
 
 def build_model(directory: Path, seed: int) -> str:
     """Save the tiny model with weights drawn from ``seed``; return its folder."""
-    from tpo_agents.llm.tiny import build_tiny_causal_lm
+    from zoo.paper.llm.tiny import build_tiny_causal_lm
 
     path = directory / f"tiny-seed{seed}"
     if not (path / "config.json").exists():

@@ -27,7 +27,7 @@ everywhere: temperature 1, top-p 1, top-k 0, stop at EOS, as TRL's ``GRPOConfig`
 
 How it is measured
 
-* model: :func:`tpo_agents.llm.tiny.build_tiny_causal_lm` (random 2-layer Llama, hidden
+* model: :func:`zoo.paper.llm.tiny.build_tiny_causal_lm` (random 2-layer Llama, hidden
   size 64, character tokenizer: one token per character), ``max_position_embeddings`` 512 so
   long prompts stay in range, float32, eval mode (no dropout either way), CPU;
 * prompts: B random printable strings per length setting (``--prompt-lengths``, default a
@@ -201,7 +201,7 @@ def measure(samplers: dict, prompts: list[str], warmup: int, rounds: int, seed: 
 
 
 def run(args) -> dict:
-    from tpo_agents.llm.tiny import build_tiny_causal_lm
+    from zoo.paper.llm.tiny import build_tiny_causal_lm
 
     setup = Setup(prompts=args.prompts, k=args.k, max_new_tokens=args.max_new_tokens, seed=args.seed)
     model, tokenizer = build_tiny_causal_lm(max_position_embeddings=setup.max_position_embeddings,

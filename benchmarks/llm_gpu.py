@@ -31,7 +31,7 @@ METHODS = ("tpo", "grpo", "trl_dapo", "trl_targetpo")
 def main(argv: list[str] | None = None) -> dict:
     import torch
 
-    from zoo.llm_study import LABELS, run_one, summarize
+    from zoo.paper.llm.study import LABELS, run_one, summarize
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--task", default="arithmetic")

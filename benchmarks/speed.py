@@ -23,7 +23,7 @@ Baselines, named in the output:
   is a ratio of two numbers from the same machine state;
 * ``matmul_peak_gflops``: a large float32 matmul with the same thread setting, the
   ceiling against which the achieved GFLOP/s of each iteration are reported;
-* ``sweep``: throughput of a seed sweep as ``zoo.reproduce`` runs one (one process per
+* ``sweep``: throughput of a seed sweep as ``zoo.paper.reproduce`` runs one (one process per
   core, one thread each, all running at once), in milliseconds per seed-iteration, against
   the artifact's own sweep runner (jit, vmapped over 20 seeds: about 1000 ms per
   seed-iteration of sequence-level TPO at H = 8 on this 2-core CPU, quoted), and, with
@@ -33,7 +33,7 @@ Baselines, named in the output:
 
 Usage: ``python benchmarks/speed.py [--threads 1 2] [--iterations 5] [--substrate paper ours]
 [--sweep-workers 2] [--artifact-src DIR] [--malloc keep|default] [--no-jax-baseline] [--out results/speed.json]`` (``keep``, the default, keeps freed activation memory in the
-heap: see :mod:`tpo_agents.runtime`).
+heap: see :mod:`zoo.jobs.runtime`).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 import tpo_gym  # noqa: F401
 from benchmarks import artifact_sweep, jax_baseline
 from tpo_agents import DG, GRPO, TPO, CriticFreePPO
-from tpo_agents.runtime import keep_freed_memory
+from zoo.jobs.runtime import keep_freed_memory
 
 ARTIFACT_MS = {
     "tpo": (820, 910),
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--malloc",
         choices=("keep", "default"),
         default="keep",
-        help="keep: raise glibc's mmap/trim thresholds (tpo_agents.runtime.keep_freed_memory)",
+        help="keep: raise glibc's mmap/trim thresholds (zoo.jobs.runtime.keep_freed_memory)",
     )
     parser.add_argument(
         "--no-jax-baseline", dest="jax_baseline", action="store_false",

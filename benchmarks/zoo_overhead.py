@@ -1,14 +1,14 @@
-"""Overhead of training through rl-zoo3 (``zoo.train``) against calling the agent directly.
+"""Overhead of training through rl-zoo3 (``zoo.rlzoo.train``) against calling the agent directly.
 
 What is compared
-    The same TPO run two ways, with the hyperparameters of ``zoo/hyperparams/tpo.yml``
+    The same TPO run two ways, with the hyperparameters of ``zoo/rlzoo/hyperparams/tpo.yml``
     for the env (plus ``--length``), the same seed and the same budget (``--iterations``
     iterations, converted to env steps by a one-iteration warm-up run):
 
     * ``direct``: ``TPO(policy, gym.make(env, **env_kwargs), seed=s, **hyperparameters)``,
       ``learn(budget)``, ``save``;
-    * ``zoo``: ``zoo.train.main([...])``, i.e. rl-zoo3's own ``train()``: reading the
-      YAML, building the env with :class:`zoo.vec_env.NativeVecEnv`, constructing the
+    * ``zoo``: ``zoo.rlzoo.train.main([...])``, i.e. rl-zoo3's own ``train()``: reading the
+      YAML, building the env with :class:`zoo.rlzoo.vec_env.NativeVecEnv`, constructing the
       agent, ``learn`` with rl-zoo3's callbacks and ``save`` into its log layout; run with
       ``--eval-freq -1`` (pure training path) and, separately, with rl-zoo3's default
       evaluation every 25,000 steps (``zoo_eval``).
@@ -47,7 +47,7 @@ from zoo.cli import positive_int
 
 def section_hyperparams(env_id: str, length: int | None) -> tuple[dict[str, Any], dict[str, Any], str]:
     """(agent kwargs, env kwargs, policy) of tpo.yml's section for ``env_id``."""
-    from zoo.hyperparams import HYPERPARAMS_DIR, evaluate_policy_kwargs, load_file
+    from zoo.rlzoo.hyperparams import HYPERPARAMS_DIR, evaluate_policy_kwargs, load_file
 
     path = HYPERPARAMS_DIR / "tpo.yml"
     section = dict(load_file(path)[env_id])
@@ -75,7 +75,7 @@ def run_direct(env_id: str, env_kwargs: dict, policy: str, hyper: dict, seed: in
 
 
 def run_zoo(env_id: str, env_kwargs: dict, seed: int, budget: int, threads: int, out: Path, evaluate: bool):
-    from zoo.train import main
+    from zoo.rlzoo.train import main
 
     argv = ["--algo", "tpo", "--env", env_id, "-n", str(budget), "--seed", str(seed), "-f", str(out)]
     argv += ["--verbose", "0", "--num-threads", str(threads)]

@@ -39,7 +39,7 @@ def arithmetic_lm(model_cache):
     """The default small pretrained model of the arithmetic task (~1 min to build on CI)."""
     import torch
 
-    from tpo_agents.llm.pretrain import pretrained_lm
+    from zoo.paper.llm.pretrain import pretrained_lm
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the weights depend on the thread count through float rounding
@@ -63,7 +63,7 @@ def one_thread():
 @pytest.fixture(scope="module")
 def tiny_path(tmp_path_factory):
     """A random tiny Llama + character tokenizer saved with save_pretrained, per test module."""
-    from tpo_agents.llm.tiny import build_tiny_causal_lm
+    from zoo.paper.llm.tiny import build_tiny_causal_lm
 
     path = tmp_path_factory.mktemp("tiny") / "model"
     build_tiny_causal_lm(path)

@@ -19,9 +19,9 @@ import tpo_gym  # noqa: E402, F401  (registers the ids)
 from tpo_agents import DG, GRPO, PG, TPO, CriticFreePPO, GroupPG  # noqa: E402
 from tpo_agents.llm.batch import rowwise_with_recompute  # noqa: E402
 from tpo_agents.llm.logprobs import completion_log_probs, completion_mask_after_eos  # noqa: E402
-from tpo_agents.llm.tiny import build_tiny_causal_lm  # noqa: E402
 from tpo_agents.llm.vec_env import PromptVecEnv, make_prompt_vec_env  # noqa: E402
 from tpo_agents.policies.causal_lm import CausalLMPolicy  # noqa: E402
+from zoo.paper.llm.tiny import build_tiny_causal_lm  # noqa: E402
 
 TEXT = spaces.Text(max_length=64)
 

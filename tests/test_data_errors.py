@@ -346,7 +346,7 @@ def test_uncached_hub_id_fails_at_once_with_how_to_provide_it(tmp_path):
 
 def test_cached_hub_id_loads_from_the_local_cache_without_network(tmp_path):
     pytest.importorskip("transformers")
-    from tpo_agents.llm.tiny import build_tiny_causal_lm
+    from zoo.paper.llm.tiny import build_tiny_causal_lm
 
     # The Hugging Face cache layout: models--org--name/{refs/main, snapshots/<commit>/...}.
     commit = "0123456789abcdef0123456789abcdef01234567"

@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 
-from zoo import hero
-from zoo.reproduce import main as reproduce
+from zoo.paper import hero
+from zoo.paper.reproduce import main as reproduce
 
 
 def test_artifact_numbers_are_the_papers_table_3():
@@ -86,7 +86,7 @@ def test_gradient_fade_averages_solved_seeds_only():
 
 
 def test_summaries_record_each_seeds_gradient_median_over_the_first_and_last_window():
-    from zoo.token_jobs import GRAD_WINDOW, Job, summarize_jobs
+    from zoo.paper.token.jobs import GRAD_WINDOW, Job, summarize_jobs
 
     episodes = 2 * GRAD_WINDOW
     grad = np.concatenate([np.full(GRAD_WINDOW, 4.0), np.full(GRAD_WINDOW, 0.5)])

@@ -20,8 +20,8 @@ import tpo_gym  # noqa: E402, F401  (registers the ids)
 from tpo_agents import TPO  # noqa: E402
 from tpo_agents.llm.generation import generate_shared_prefix, shares_prefix  # noqa: E402
 from tpo_agents.llm.logprobs import position_ids_from_mask  # noqa: E402
-from tpo_agents.llm.tiny import build_tiny_causal_lm  # noqa: E402
 from tpo_agents.policies.causal_lm import CausalLMPolicy  # noqa: E402
+from zoo.paper.llm.tiny import build_tiny_causal_lm  # noqa: E402
 
 TEXT = spaces.Text(max_length=64)
 PROMPTS = ["7", "3+4=", "12+34=", "hello world, a longer prompt"]  # 1 to 28 tokens: left padding

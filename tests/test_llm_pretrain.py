@@ -1,4 +1,4 @@
-"""Small pretrained LMs (tpo_agents.llm.pretrain), the sparse tasks, and the LLM RLVR study."""
+"""Small pretrained LMs (zoo.paper.llm.pretrain), the sparse tasks, and the LLM RLVR study."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def test_pretrain_crash_leaves_no_folder(tmp_path, monkeypatch):
 
 def test_sft_prompt_format_is_the_policys(arithmetic_lm):
     from tpo_agents import TPO
-    from tpo_agents.llm.pretrain import _format
+    from zoo.paper.llm.pretrain import _format
 
     env = gym.make("Arithmetic-v0")
     agent = TPO("CausalLMPolicy", env, batch_size=2, n_candidates=2,
@@ -149,7 +149,7 @@ def test_sft_prompt_format_is_the_policys(arithmetic_lm):
     ],
 )
 def test_sft_config_errors(kwargs, message):
-    from tpo_agents.llm.pretrain import SFTConfig
+    from zoo.paper.llm.pretrain import SFTConfig
 
     with pytest.raises(ValueError, match=message):
         SFTConfig(**kwargs)
@@ -167,7 +167,7 @@ def test_tpo_raises_held_out_accuracy_from_the_sft_start(arithmetic_lm, tmp_path
     """RL does what SFT left: TPO on the sparse exact-match reward lifts held-out accuracy."""
     import torch
 
-    from zoo.llm_study import run_ours
+    from zoo.paper.llm.study import run_ours
 
     cfg = dict(task="arithmetic", steps=150, prompts=8, k=8, eval_every=50, n_eval=200,
                threads=1, lr=3e-5)
@@ -187,7 +187,7 @@ def test_tpo_raises_held_out_accuracy_from_the_sft_start(arithmetic_lm, tmp_path
 
 
 def test_llm_study_end_to_end_and_resume(arithmetic_lm, model_cache, tmp_path, monkeypatch):
-    from zoo import llm_study
+    from zoo.paper.llm import study as llm_study
 
     monkeypatch.setenv("TPO_CACHE_DIR", str(model_cache))
     argv = ["--task", "arithmetic", "--methods", "tpo", "grpo", "trl_targetpo", "trl_dr_grpo",
@@ -236,7 +236,7 @@ def test_gpu_script_refuses_without_cuda_and_dry_runs_on_cpu(arithmetic_lm, mode
 
 @pytest.mark.parametrize("item", ["tpo", "tpo=fast", "tpo=-1", "sgd=1e-3"])
 def test_llm_study_rejects_a_bad_lr_choice(item, tmp_path, capsys):
-    from zoo import llm_study
+    from zoo.paper.llm import study as llm_study
 
     with pytest.raises(SystemExit):
         llm_study.main(["--lr", item, "--out", str(tmp_path)])
@@ -244,7 +244,7 @@ def test_llm_study_rejects_a_bad_lr_choice(item, tmp_path, capsys):
 
 
 def test_the_verdict_compares_final_accuracy_and_speed_with_two_standard_errors():
-    from zoo.llm_study import verdict
+    from zoo.paper.llm.study import verdict
 
     def method(finals, steps):
         import statistics

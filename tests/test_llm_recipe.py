@@ -10,7 +10,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 @pytest.fixture(scope="module")
 def tiny_path(tmp_path_factory):
-    from tpo_agents.llm.tiny import build_tiny_causal_lm
+    from zoo.paper.llm.tiny import build_tiny_causal_lm
 
     path = tmp_path_factory.mktemp("tiny-recipe")
     build_tiny_causal_lm(path, seed=0)
@@ -19,7 +19,7 @@ def tiny_path(tmp_path_factory):
 
 @pytest.mark.slow
 def test_recipe_trains_tpo_and_grpo_with_lora_at_toy_size(tmp_path, tiny_path):
-    from zoo import llm_recipe
+    from zoo.paper.llm import recipe as llm_recipe
 
     out = tmp_path / "recipe"
     # 2 prompts per step in micro-batches of 1 prompt (gradient accumulation 2), LoRA, KL to the
@@ -42,7 +42,7 @@ def test_recipe_trains_tpo_and_grpo_with_lora_at_toy_size(tmp_path, tiny_path):
 
 
 def test_recipe_rejects_bad_arguments(tmp_path, tiny_path):
-    from zoo import llm_recipe
+    from zoo.paper.llm import recipe as llm_recipe
 
     with pytest.raises(SystemExit):
         llm_recipe.parse_args(["--model", str(tmp_path / "missing")])

@@ -6,9 +6,9 @@ import os
 import numpy as np
 import pytest
 
-from zoo import mnist_study
-from zoo.reproduce import EXPERIMENTS, build_parser
-from zoo.reproduce import main as reproduce_main
+from zoo.paper import mnist as mnist_study
+from zoo.paper.reproduce import EXPERIMENTS, build_parser
+from zoo.paper.reproduce import main as reproduce_main
 
 METHODS = {"ce", "pg", "dg", "tpo", "grpo", "group_pg"}
 TINY = ["--dataset", "digits", "--steps", "150", "--eval-every", "50"]

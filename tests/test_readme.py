@@ -153,7 +153,7 @@ def test_core_install_runs_without_the_optional_packages():
         import tpo_gym  # noqa: F401
         import tpo_agents.policies  # noqa: F401
         from tpo_agents import DG, GRPO, PG, TPO, CriticFreePPO, GroupPG  # noqa: F401
-        import zoo.reproduce, zoo.tabular, zoo.mnist_study, zoo.token_study  # noqa: F401, E401
+        import zoo.paper.reproduce, zoo.paper.tabular, zoo.paper.mnist, zoo.paper.token.study  # noqa: F401, E401
 
         TPO("MlpPolicy", gym.make("MultiContextBandit-v0", n_contexts=4), seed=0).learn(200)
         TPO("MlpPolicy", gym.make("MNISTBandit-v0", dataset="digits"), batch_size=10).learn(20)

@@ -1,4 +1,4 @@
-"""Sweeps under signals (zoo.sweep, zoo.backends; docs/sweeps.md, "Interrupting a sweep").
+"""Sweeps under signals (zoo.jobs.sweep, zoo.jobs.backends; docs/sweeps.md, "Interrupting a sweep").
 
 Real subprocesses and real signals on a tiny sweep (terminal, H = 3, 2 iterations, 8 jobs
 of about a second on 2 pool workers): Ctrl-C to the process group, SIGINT to the driver
@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from zoo import sweep, token_study
-from zoo.reproduce import main as reproduce_main
+from zoo.jobs import sweep
+from zoo.paper.reproduce import main as reproduce_main
+from zoo.paper.token import study as token_study
 
 if not hasattr(os, "killpg") or sys.platform == "win32":
     pytest.skip("POSIX signals and process groups", allow_module_level=True)
@@ -47,7 +48,7 @@ def sweep_process(out: Path, *extra: str, quiet: bool = True):
     """The sweep as ``python -m zoo.reproduce`` in its own process group (stderr to
     ``out/stderr.txt``); the whole group is killed afterwards, whatever happened."""
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "zoo.reproduce", *ARGS, "--workers", "2", "--out", str(out), *extra]
+    cmd = [sys.executable, "-m", "zoo.paper.reproduce", *ARGS, "--workers", "2", "--out", str(out), *extra]
     if quiet:
         cmd.append("--quiet")
     with open(out / "stderr.txt", "w") as err:

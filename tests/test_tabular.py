@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from zoo import tabular
-from zoo.reproduce import main as reproduce_main
+from zoo.paper import tabular
+from zoo.paper.reproduce import main as reproduce_main
 
 A = 10
 LAM = math.exp(A / math.sqrt(A - 1))

@@ -1,4 +1,4 @@
-"""The Token Reversal studies (zoo.token_study) through ``python -m zoo.reproduce``, tiny."""
+"""The Token Reversal studies (zoo.paper.token.study) through ``python -m zoo.reproduce``, tiny."""
 
 from __future__ import annotations
 
@@ -8,10 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from zoo import token_study
-from zoo.reproduce import EXPERIMENTS, build_parser
-from zoo.reproduce import main as reproduce_main
-from zoo.results import summarize
+from zoo.jobs.results import summarize
+from zoo.paper.reproduce import EXPERIMENTS, build_parser
+from zoo.paper.reproduce import main as reproduce_main
+from zoo.paper.token import experiments as token_experiments
+from zoo.paper.token import grid as token_grid
+from zoo.paper.token import jobs as token_jobs
+from zoo.paper.token import methods as token_methods
+from zoo.paper.token import study as token_study
 
 SUMMARY_KEYS = {
     "final_error",
@@ -184,18 +188,18 @@ def test_interaction_matching_gives_single_sample_methods_batch_bk(tmp_path, mon
     args = build_parser().parse_args(
         ["terminal", "--lengths", "3", "--seeds", "1", "--episodes", "2", "--match", "interactions"]
     )
-    exp = token_study.TOKEN_EXPERIMENTS["terminal"]
-    _, _, jobs = token_study.build_jobs(exp, args)
+    exp = token_experiments.TOKEN_EXPERIMENTS["terminal"]
+    _, _, jobs = token_grid.build_jobs(exp, args)
     by_method = {j.method: j for j in jobs}
     for method in ("dg", "ppo"):
         assert by_method[method].agent == {"interaction_matched": True, "policy_kwargs": {"substrate": "paper"}}
-        model = token_study.make_agent(by_method[method])
+        model = token_jobs.make_agent(by_method[method])
         assert model.batch_size == 800 and model.lr_schedule(1.0) == pytest.approx(
             1e-3 * math.sqrt(8)
         )
     for method in ("tpo", "grpo", "grpo_no_kl"):
         assert by_method[method].agent == {"policy_kwargs": {"substrate": "paper"}}
-        model = token_study.make_agent(by_method[method])
+        model = token_jobs.make_agent(by_method[method])
         assert model.batch_size == 100 and model.n_candidates == 8
         assert model.lr_schedule(1.0) == pytest.approx(1e-3)
     # End to end: TPO's prompt-matched run is reused (same cache), DG's is not.
@@ -264,31 +268,31 @@ def test_options_that_do_not_apply_are_refused(tmp_path):
 
 
 def test_settings_filter_keeps_only_the_named_rows_and_rejects_unknown_tags():
-    exp = token_study.TOKEN_EXPERIMENTS["token-variations"]
+    exp = token_experiments.TOKEN_EXPERIMENTS["token-variations"]
     args = build_parser().parse_args(
         ["token-variations", "--seeds", "2", "--settings", "sequential-reverse_copy", "bag-copy"]
     )
     args.steps = 3
-    _, settings, jobs = token_study.build_jobs(exp, args)
+    _, settings, jobs = token_grid.build_jobs(exp, args)
     assert [s.tag for s in settings] == ["bag-copy", "sequential-reverse_copy"]  # table order
     assert {j.env["reward"] for j in jobs} == {"bag", "sequential"}
     assert len(jobs) == len(exp.methods) * 2 * 2
     args = build_parser().parse_args(["token-variations", "--settings", "sequential-nope"])
     args.steps = 3
     with pytest.raises(SystemExit, match="unknown setting.*sequential-nope.*known tags"):
-        token_study.build_jobs(exp, args)
+        token_grid.build_jobs(exp, args)
 
 
 def test_learning_rate_override_reaches_every_agent_and_names_the_results(tmp_path):
-    exp = token_study.TOKEN_EXPERIMENTS["token-vocab"]
+    exp = token_experiments.TOKEN_EXPERIMENTS["token-vocab"]
     args = build_parser().parse_args(
         ["token-vocab", "--vocabs", "2", "--seeds", "1", "--methods", "tpo_token", "dg",
          "--learning-rate", "1.5e-3", "--match", "interactions"]
     )
     args.steps = 2
-    _, _, jobs = token_study.build_jobs(exp, args)
+    _, _, jobs = token_grid.build_jobs(exp, args)
     assert {j.tag for j in jobs} == {"V2-paper-lr0.0015", "V2-paper-lr0.0015-im"}
-    by_method = {j.method: token_study.make_agent(j) for j in jobs}
+    by_method = {j.method: token_jobs.make_agent(j) for j in jobs}
     assert by_method["tpo_token"].lr_schedule(1.0) == pytest.approx(1.5e-3)
     assert by_method["dg"].lr_schedule(1.0) == pytest.approx(1.5e-3 * math.sqrt(8))  # then matched
     result = run(tmp_path, "token-vocab", "--vocabs", "2", "--seeds", "1", "--episodes", "2",
@@ -302,23 +306,23 @@ def test_learning_rate_override_reaches_every_agent_and_names_the_results(tmp_pa
 def test_init_override_reaches_every_policy_and_names_the_results(tmp_path):
     from tpo_agents.policies.transformer import DEFAULT_INIT, INITS
 
-    assert (token_study.POLICY_INITS, token_study.DEFAULT_POLICY_INIT) == (INITS, DEFAULT_INIT)
-    exp = token_study.TOKEN_EXPERIMENTS["token-vocab"]
+    assert (token_grid.POLICY_INITS, token_grid.DEFAULT_POLICY_INIT) == (INITS, DEFAULT_INIT)
+    exp = token_experiments.TOKEN_EXPERIMENTS["token-vocab"]
     args = build_parser().parse_args(
         ["token-vocab", "--vocabs", "2", "--seeds", "1", "--methods", "tpo_token",
          "--learning-rate", "1.5e-3", "--substrate", "ours", "--init", "flax"]
     )
     args.steps = 2
-    _, _, jobs = token_study.build_jobs(exp, args)
+    _, _, jobs = token_grid.build_jobs(exp, args)
     assert [j.tag for j in jobs] == ["V2-ours-lr0.0015-initflax"]
-    net = token_study.make_agent(jobs[0]).policy.net
+    net = token_jobs.make_agent(jobs[0]).policy.net
     assert net.tok_emb.weight.std() < 0.3 and (net.head.bias == 0).all()  # flax: N(0, 1/64), zero bias
     result = run(tmp_path, "token-vocab", "--vocabs", "2", "--seeds", "1", "--episodes", "2",
                  "--methods", "dg", "--substrate", "ours", "--init", "flax", "--workers", "1")
     assert result["experiment"] == "token-vocab-ours-initflax" and result["config"]["init"] == "flax"
     assert result["config"]["substrate"] == "ours" and result["config"]["optimizer"] == "MuonAdamW"
     with pytest.raises(SystemExit, match="--init applies to --substrate ours"):
-        token_study.build_jobs(exp, build_parser().parse_args(["token-vocab", "--init", "flax"]))
+        token_grid.build_jobs(exp, build_parser().parse_args(["token-vocab", "--init", "flax"]))
     with pytest.raises(SystemExit):
         build_parser().parse_args(["token-vocab", "--init", "keras"])
 
@@ -327,11 +331,11 @@ def test_reproduce_trains_on_the_paper_substrate_by_default_and_says_so(tmp_path
     from tpo_agents.optim import OptaxMuon
     from tpo_agents.policies.paper_transformer import PaperCausalTransformer
 
-    exp = token_study.TOKEN_EXPERIMENTS["terminal"]
+    exp = token_experiments.TOKEN_EXPERIMENTS["terminal"]
     args = build_parser().parse_args(["terminal", "--lengths", "3", "--seeds", "1", "--methods", "tpo", "grpo"])
     args.steps = 2
-    _, _, jobs = token_study.build_jobs(exp, args)
-    models = {j.method: token_study.make_agent(j) for j in jobs}
+    _, _, jobs = token_grid.build_jobs(exp, args)
+    models = {j.method: token_jobs.make_agent(j) for j in jobs}
     for model in models.values():
         assert isinstance(model.policy.net, PaperCausalTransformer)
         assert isinstance(model.policy.optimizer, OptaxMuon)
@@ -367,7 +371,7 @@ def test_cached_only_report_of_a_partial_sweep_marks_missing_settings(tmp_path):
     assert "not run" in md
     assert "Substrate: paper (init flax (the artifact's), optimizer OptaxMuon)." in md
     assert (tmp_path / "terminal-paper.png").read_bytes()[:4] == b"\x89PNG"
-    from zoo import hero
+    from zoo.paper import hero
 
     data = hero.main([str(tmp_path / "terminal-paper.json"), "--setting", "H=2"])
     assert set(data["methods"]) == {"dg"}
@@ -386,29 +390,28 @@ def test_a_cell_with_fewer_seeds_than_asked_is_named_in_the_heading(tmp_path):
 
 
 def test_the_method_table_has_one_key_per_agent_configuration_and_aliases_name_keys():
-    from zoo import token_methods
 
     configs = {(cls, tuple(sorted(kw.items()))) for cls, kw in token_methods.METHODS.values()}
     assert len(configs) == len(token_methods.METHODS)  # no two keys train the same agent
     assert not set(token_methods.ALIASES) & set(token_methods.METHODS)
     assert set(token_methods.ALIASES.values()) <= set(token_methods.METHODS)
     assert token_methods.METHODS["critic_free_ppo"][0] == "CriticFreePPO"
-    assert {a: token_study.canonical(a) for a in ("ppo", "cfppo", "tpo_token", "grpo_token")} == {
+    assert {a: token_methods.canonical(a) for a in ("ppo", "cfppo", "tpo_token", "grpo_token")} == {
         "ppo": "critic_free_ppo", "cfppo": "critic_free_ppo", "tpo_token": "tpo", "grpo_token": "grpo_token"
     }
     # grpo_token is not grpo: standard per-token ratios against the paper's sequence-level ones.
     (_, grpo), (_, grpo_token) = token_methods.METHODS["grpo"], token_methods.METHODS["grpo_token"]
     assert {**grpo_token, "ratio_level": "sequence"} == grpo and "ratio_level" not in grpo_token
-    assert set(token_study.METHOD_NAMES) == set(token_methods.METHODS) | set(token_methods.ALIASES)
+    assert set(token_methods.METHOD_NAMES) == set(token_methods.METHODS) | set(token_methods.ALIASES)
     # Every experiment's own names are method keys or aliases (what the results store).
-    for exp in token_study.TOKEN_EXPERIMENTS.values():
-        assert all(token_study.canonical(m) in token_methods.METHODS for m in exp.methods)
+    for exp in token_experiments.TOKEN_EXPERIMENTS.values():
+        assert all(token_methods.canonical(m) in token_methods.METHODS for m in exp.methods)
 
 
 def _job_names(experiment: str, *argv: str) -> list[str]:
     args = build_parser().parse_args([experiment, "--seeds", "1", *argv])
     args.steps = 2
-    return [j.name for j in token_study.build_jobs(token_study.TOKEN_EXPERIMENTS[experiment], args)[2]]
+    return [j.name for j in token_grid.build_jobs(token_experiments.TOKEN_EXPERIMENTS[experiment], args)[2]]
 
 
 def test_aliases_and_canonical_names_build_the_jobs_the_results_already_name():

@@ -141,7 +141,7 @@ def test_shuffle_groups_keeps_groups_whole():
 
 @pytest.fixture(scope="module")
 def tiny_path(tmp_path_factory):
-    from tpo_agents.llm.tiny import build_tiny_causal_lm
+    from zoo.paper.llm.tiny import build_tiny_causal_lm
 
     path = tmp_path_factory.mktemp("tiny")
     build_tiny_causal_lm(path, seed=0)

@@ -1,4 +1,4 @@
-"""Sweep backends (zoo.backends, zoo.sweep): resume after a kill, Ray = local, bad input."""
+"""Sweep backends (zoo.jobs.backends, zoo.jobs.sweep): resume after a kill, Ray = local, bad input."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import sys
 import numpy as np
 import pytest
 
-from zoo import backends, mnist_study, token_study
-from zoo.reproduce import main as reproduce_main
+from zoo.jobs import backends
+from zoo.paper import mnist as mnist_study
+from zoo.paper.reproduce import main as reproduce_main
+from zoo.paper.token import study as token_study
 
 # terminal, H = 3, 2 methods x 2 seeds, 2 iterations: 4 jobs of about a second each.
 TINY = ["terminal", "--lengths", "3", "--episodes", "2", "--methods", "dg", "tpo"]

@@ -1,4 +1,4 @@
-"""Figures and tables of every reproduce experiment, and the report page (zoo.report)."""
+"""Figures and tables of every reproduce experiment, and the report page (zoo.paper.report)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from zoo import mnist_study, report, token_study
-from zoo.reproduce import EXPERIMENTS, MNIST_PAPER
-from zoo.reproduce import main as reproduce_main
-from zoo.results import markdown_table, summarize
+from zoo.jobs import sweep
+from zoo.jobs.results import markdown_table, summarize
+from zoo.paper import mnist as mnist_study
+from zoo.paper import report
+from zoo.paper.reproduce import EXPERIMENTS, MNIST_PAPER
+from zoo.paper.reproduce import main as reproduce_main
+from zoo.paper.token import experiments as token_experiments
+from zoo.paper.token import jobs as token_jobs
+from zoo.paper.token import plots as token_plots
+from zoo.paper.token import study as token_study
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 DOCS_RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
@@ -33,11 +39,11 @@ def fake_token_job(job, progress=None) -> dict:
         "error": error,
         "grad_norm": [1.0 / (i + 1) for i in range(job.episodes)],
         "zero_variance_frac": [0.5] * job.episodes,
-        "takeoff_iteration": token_study.first_iteration_below(error, 0.5),
-        "steps_to_1pct": token_study.first_iteration_below(error, 0.01),
+        "takeoff_iteration": token_jobs.first_iteration_below(error, 0.5),
+        "steps_to_1pct": token_jobs.first_iteration_below(error, 0.01),
         "seconds": 0.5,
         "seconds_per_iteration": 0.5 / job.episodes,
-        "code_version": token_study.code_version(),
+        "code_version": sweep.code_version(),
     }
 
 
@@ -48,7 +54,7 @@ def fake_mnist_run(method, seed, cfg):
 
 @pytest.fixture(scope="module")
 def every_experiment(tmp_path_factory):
-    """Every experiment name of zoo.reproduce, run with its default settings and a fake job
+    """Every experiment name of zoo.paper.reproduce, run with its default settings and a fake job
     function for the trained studies (tabular: real, tiny)."""
     out = tmp_path_factory.mktemp("all")
     patch = pytest.MonkeyPatch()
@@ -71,7 +77,7 @@ def every_experiment(tmp_path_factory):
 
 def output_name(name: str) -> str:
     """Token Reversal results are named with the substrate that made them (paper by default)."""
-    return f"{name}-paper" if name in token_study.TOKEN_EXPERIMENTS or name == "terminal-interactions" else name
+    return f"{name}-paper" if name in token_experiments.TOKEN_EXPERIMENTS or name == "terminal-interactions" else name
 
 
 def output_names() -> list[str]:
@@ -90,7 +96,7 @@ def test_every_experiment_writes_a_figure_and_a_table_beside_the_paper(every_exp
         assert png[:8] == PNG_MAGIC and len(png) > 5_000, name
         md = (out / f"{name}.md").read_text()
         assert md.startswith(f"# {name}\n") and "|---|" in md, name
-    for name, exp in token_study.TOKEN_EXPERIMENTS.items():
+    for name, exp in token_experiments.TOKEN_EXPERIMENTS.items():
         md = (out / f"{output_name(name)}.md").read_text()
         # Cells "ours (paper)": every paper value of the default settings is shown.
         n_paper = sum(len(v) for v in exp.paper.values())
@@ -123,7 +129,7 @@ def test_sweep_figures_have_a_final_error_panel(every_experiment, monkeypatch):
     saved = []
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: saved.append(fig))
     data = json.loads((every_experiment / "k-sweep-paper.json").read_text())
-    token_study.plot(data, every_experiment / "unused.png")
+    token_plots.plot(data, every_experiment / "unused.png")
     axes = [ax for ax in saved[0].axes if ax.get_title() == "final error vs K"]
     assert len(axes) == 1
     ax = axes[0]
@@ -199,7 +205,7 @@ def test_report_on_two_result_files_elsewhere(tmp_path):
 
 
 def test_report_finds_the_figure_and_page_of_a_name_with_dots(tmp_path):
-    # zoo.reproduce names variants "-lr0.001"; Path.with_suffix would take ".001" for the
+    # zoo.paper.reproduce names variants "-lr0.001"; Path.with_suffix would take ".001" for the
     # extension and look for "...-lr0.png", so every learning rate shared one missing figure.
     results = tmp_path / "results"
     run(results, "tabular-single", "--seeds", "2", "--steps", "5")

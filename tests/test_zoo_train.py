@@ -1,4 +1,4 @@
-"""Training and tuning through rl-zoo3 with our algorithms (zoo.train, zoo.enjoy)."""
+"""Training and tuning through rl-zoo3 with our algorithms (zoo.rlzoo.train, zoo.rlzoo.enjoy)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ import torch
 
 import tpo_gym  # noqa: F401
 from tpo_agents import DG, GRPO, TPO, CriticFreePPO
-from zoo import enjoy as zoo_enjoy
-from zoo import train as zoo_train
-from zoo.hyperparams import HYPERPARAMS_DIR, HyperparamsError, load_file
 from zoo.rlzoo import UsageError, ZooExperimentManager, installed, register
-from zoo.samplers import SAMPLERS
-from zoo.vec_env import NativeVecEnv
+from zoo.rlzoo import enjoy as zoo_enjoy
+from zoo.rlzoo import train as zoo_train
+from zoo.rlzoo.hyperparams import HYPERPARAMS_DIR, HyperparamsError, load_file
+from zoo.rlzoo.samplers import SAMPLERS
+from zoo.rlzoo.vec_env import NativeVecEnv
 
 REPO = Path(__file__).resolve().parents[1]
 HYPERPARAM_FILES = sorted(HYPERPARAMS_DIR.glob("*.yml"))
@@ -49,7 +49,7 @@ def one_torch_thread():
 
 
 def train(*argv: str) -> tuple[ZooExperimentManager, str]:
-    """zoo.train in this process; returns the run's manager and its stdout."""
+    """zoo.rlzoo.train in this process; returns the run's manager and its stdout."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         manager = zoo_train.main(list(argv))
@@ -176,7 +176,7 @@ def test_every_section_builds_an_agent(path, env_id, tmp_path):
 
 
 def _agent_kwargs(section: dict) -> dict:
-    from zoo.hyperparams import evaluate_policy_kwargs
+    from zoo.rlzoo.hyperparams import evaluate_policy_kwargs
 
     kwargs = {k: v for k, v in section.items() if k not in ("n_timesteps", "n_envs", "env_kwargs")}
     if "policy_kwargs" in kwargs:
@@ -227,7 +227,7 @@ def test_train_and_enjoy_tpo_on_symmetric_bandit(tmp_path):
 
 @pytest.mark.slow
 def test_train_and_enjoy_tpo_on_token_reversal_terminal_cli(tmp_path):
-    """``python -m zoo.train`` then zoo.enjoy on TokenReversal-terminal-v0, H = 4."""
+    """``python -m zoo.train`` then zoo.rlzoo.enjoy on TokenReversal-terminal-v0, H = 4."""
     logs, tb = tmp_path / "logs", tmp_path / "tb"
     cmd = [
         sys.executable, "-m", "zoo.train", "--algo", "tpo", "--env", "TokenReversal-terminal-v0",

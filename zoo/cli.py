@@ -25,3 +25,21 @@ def positive_float(text: str) -> float:
     if not (value > 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
     return value
+
+
+def alias_module(name: str, target: str) -> None:
+    """Make module ``name`` stand for ``target``: run it as ``__main__``, or import it.
+
+    The short command paths of the zoo (``python -m zoo.reproduce``, ``zoo.train``, ...)
+    are thin aliases of the modules in the subpackages; run as a script, the alias runs
+    ``target`` as ``__main__``; imported, it is replaced by ``target`` in ``sys.modules``.
+    """
+    import importlib
+    import runpy
+    import sys
+
+    if name == "__main__":
+        sys.modules.pop(target, None)  # runpy warns when the target was imported already
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    else:
+        sys.modules[name] = importlib.import_module(target)

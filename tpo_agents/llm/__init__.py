@@ -1,9 +1,10 @@
 """Language-model support for the agents (``transformers`` is imported only when used).
 
-* :mod:`~tpo_agents.llm.tiny`: tiny offline causal LMs for tests and examples;
+* :mod:`~zoo.paper.llm.tiny`: tiny offline causal LMs for tests and examples;
 * :mod:`~tpo_agents.llm.logprobs`: completion log-probs given prompts, with padding masks;
 * :mod:`~tpo_agents.llm.loading`: offline loading/saving of models, tokenizers, LoRA adapters;
 * :mod:`~tpo_agents.llm.vec_env`: :class:`PromptVecEnv`, prompt envs as an SB3 ``VecEnv``;
-* :mod:`~tpo_agents.llm.batch`: sampled completions, :class:`LMGroupBatch`, micro-batching;
+* :mod:`~tpo_agents.llm.batch`: sampled completions, micro-batching (their group batch,
+  ``LMGroupBatch``, is in :mod:`tpo_agents.rollout.batches`);
 * :mod:`~tpo_agents.llm.saving`: agent zip + Hugging Face model folder.
 """

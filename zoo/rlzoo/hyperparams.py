@@ -1,6 +1,6 @@
 """Hyperparameter files in rl-zoo3's format: where they live, loading and checking them.
 
-A file is one algorithm (``zoo/hyperparams/<algo>.yml``): a mapping from env id (or
+A file is one algorithm (``zoo/rlzoo/hyperparams/<algo>.yml``): a mapping from env id (or
 ``default``) to a section of hyperparameters. A section holds rl-zoo3's own keys
 (:data:`ZOO_KEYS`: ``n_timesteps``, ``policy``, ``n_envs``, ``policy_kwargs``,
 ``env_kwargs``, ...) and keyword arguments of the algorithm's constructor.
@@ -64,7 +64,7 @@ class HyperparamsError(ValueError):
 
 
 def default_config(algo: str) -> Path | None:
-    """Our file for ``algo`` (``zoo/hyperparams/<algo>.yml``), or None if we have none."""
+    """Our file for ``algo`` (``zoo/rlzoo/hyperparams/<algo>.yml``), or None if we have none."""
     path = HYPERPARAMS_DIR / f"{algo}.yml"
     return path if path.is_file() else None
 
@@ -181,7 +181,7 @@ def resolve_policy(algo_cls: type, policy: Any, where: str) -> type:
 def check_section(algo_cls: type, section: Mapping[str, Any], where: str, require_timesteps: bool = True) -> None:
     """Check one section against ``algo_cls`` and its policy.
 
-    :param where: how to name the section in errors, e.g. ``"zoo/hyperparams/tpo.yml
+    :param where: how to name the section in errors, e.g. ``"zoo/rlzoo/hyperparams/tpo.yml
         [TokenReversal-v0]"``.
     :raises HyperparamsError: an unknown or forbidden key, a missing ``policy`` or
         ``n_timesteps``, an unknown policy or an unknown ``policy_kwargs`` key.

@@ -1,7 +1,7 @@
 """The markdown page of a Token Reversal result: our numbers beside the paper's.
 
 The tables follow the paper's layout (docs/algorithms.md, section 10): each cell is ``ours (paper)``, the
-paper's value from :mod:`zoo.paper_numbers`; then the per-seed statistics (final error
+paper's value from :mod:`zoo.paper.numbers`; then the per-seed statistics (final error
 +- s.e., take-off, steps to 1%, seconds per iteration).
 """
 
@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
-from zoo import paper_numbers
-from zoo.token_experiments import TokenExperiment, setting_order
-from zoo.token_methods import label
+from zoo.paper import numbers as paper_numbers
+from zoo.paper.token.experiments import TokenExperiment, setting_order
+from zoo.paper.token.methods import label
 
 
 def _paper_values(exp: TokenExperiment, result: dict, metric: str) -> dict:

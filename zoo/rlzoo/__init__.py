@@ -9,11 +9,11 @@ argument parsers accept them once this runs before they parse) and our Optuna sa
 
 :class:`ZooExperimentManager` is rl-zoo3's ``ExperimentManager`` with:
 
-* our hyperparameter folder as the default config (``zoo/hyperparams/<algo>.yml``,
+* our hyperparameter folder as the default config (``zoo/rlzoo/hyperparams/<algo>.yml``,
   falling back to rl-zoo3's own files for algorithms we have no file for);
-* every section checked before use (:func:`zoo.hyperparams.check_section`): a clear
+* every section checked before use (:func:`zoo.rlzoo.hyperparams.check_section`): a clear
   error naming the file, the section and the key;
-* :class:`~zoo.vec_env.NativeVecEnv` as the vec env class for envs with a native vector
+* :class:`~zoo.rlzoo.vec_env.NativeVecEnv` as the vec env class for envs with a native vector
   env (``--vec-env auto``, the default; ``native``, ``dummy``, ``subproc`` choose);
 * for our algorithms, ``n_envs`` (when the section does not set it) sized as the agent
   sizes its own env: ``batch_size`` sub-envs on native envs (``batch_size * K`` for K
@@ -40,7 +40,7 @@ from rl_zoo3.exp_manager import ExperimentManager
 from rl_zoo3.utils import SimpleLinearSchedule
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-from zoo.hyperparams import (
+from zoo.rlzoo.hyperparams import (
     HyperparamsError,
     check_section,
     default_config,
@@ -48,11 +48,11 @@ from zoo.hyperparams import (
     load_file,
     select_section,
 )
-from zoo.samplers import SAMPLERS, convert_params
-from zoo.vec_env import NativeVecEnv, is_native
+from zoo.rlzoo.samplers import SAMPLERS, convert_params
+from zoo.rlzoo.vec_env import NativeVecEnv, is_native
 
 VEC_ENV_CHOICES = ("auto", "native", "dummy", "subproc")
-"""``--vec-env`` of zoo.train: ``auto`` is ``native`` for envs with a native vector env,
+"""``--vec-env`` of zoo.rlzoo.train: ``auto`` is ``native`` for envs with a native vector env,
 else rl-zoo3's ``dummy``."""
 
 
@@ -147,7 +147,7 @@ class ZooExperimentManager(ExperimentManager):
     """rl-zoo3's ``ExperimentManager`` with our defaults (see the module docstring)."""
 
     vec_env_choice: ClassVar[str] = "auto"
-    """``--vec-env`` as given to zoo.train (rl-zoo3's own parser knows dummy/subproc only)."""
+    """``--vec-env`` as given to zoo.rlzoo.train (rl-zoo3's own parser knows dummy/subproc only)."""
     last: ClassVar[ZooExperimentManager | None] = None
     """The latest instance (its ``save_path`` is the run folder)."""
 

@@ -5,29 +5,29 @@ for ``episodes`` iterations and records its training-batch error and gradient no
 iteration. This module runs an experiment from its command line and writes its outputs;
 the parts live in
 
-* :mod:`zoo.token_methods`: the method table (method key -> agent class and overrides)
+* :mod:`zoo.paper.token.methods`: the method table (method key -> agent class and overrides)
   and the aliases ``--methods`` accepts (``ppo`` / ``cfppo`` -> ``critic_free_ppo``,
   ``tpo_token`` -> ``tpo``), with the names jobs and results are stored under;
-* :mod:`zoo.token_experiments`: each experiment's methods, settings and notes;
-* :mod:`zoo.paper_numbers`: the paper's published values for the tables;
-* :mod:`zoo.token_grid`: the command line -> the methods, settings and jobs of a run;
-* :mod:`zoo.token_jobs`: a job's spec, agent and per-iteration record (:func:`run_job`),
+* :mod:`zoo.paper.token.experiments`: each experiment's methods, settings and notes;
+* :mod:`zoo.paper.numbers`: the paper's published values for the tables;
+* :mod:`zoo.paper.token.grid`: the command line -> the methods, settings and jobs of a run;
+* :mod:`zoo.paper.token.jobs`: a job's spec, agent and per-iteration record (:func:`run_job`),
   and the per-(method, setting) summaries;
-* :mod:`zoo.token_tables` and :mod:`zoo.token_plots`: the markdown page and the figure.
+* :mod:`zoo.paper.token.tables` and :mod:`zoo.paper.token.plots`: the markdown page and the figure.
 
 Each finished job is cached as ``OUT/cache/<experiment>/<job>.json`` (written atomically),
 so a rerun skips finished jobs and an interrupted sweep resumes. A cached job is reused
 only if its stored spec (env, agent, episodes, seed) equals the requested one. Jobs run
-on a :mod:`zoo.backends` backend: this machine's processes (``--backend local``) or one
-Ray task per job (``--backend ray``); the cache is the same for both (:mod:`zoo.sweep`).
+on a :mod:`zoo.jobs.backends` backend: this machine's processes (``--backend local``) or one
+Ray task per job (``--backend ray``); the cache is the same for both (:mod:`zoo.jobs.sweep`).
 The sweep calls this module's ``run_job`` (looked up when it runs, so a test can replace it).
 
-Summaries per (method, setting) use :func:`zoo.results.summarize` with ``final_error`` =
+Summaries per (method, setting) use :func:`zoo.jobs.results.summarize` with ``final_error`` =
 mean error over the last 50 iterations; the markdown puts the paper's number beside ours,
 ``ours (paper)``, in the paper's table layout (docs/algorithms.md, section 10).
 
-Run through ``python -m zoo.reproduce NAME`` (see :mod:`zoo.reproduce`). Every name below
-is importable from here, as before the split.
+Run through ``python -m zoo.reproduce NAME`` (see :mod:`zoo.paper.reproduce`). Import each
+name from the module that defines it.
 """
 
 from __future__ import annotations
@@ -37,63 +37,13 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from zoo.paper_numbers import TERMINAL as TERMINAL_PAPER
-from zoo.results import write_json_atomic
-from zoo.sweep import code_version, load_cached, run_sweep
-from zoo.token_experiments import (
-    TARGET_LABELS,
-    TOKEN_EXPERIMENTS,
-    Setting,
-    TokenExperiment,
-    base_experiment,
-)
-from zoo.token_grid import (
-    DEFAULT_POLICY_INIT,
-    DEFAULT_SUBSTRATE,
-    POLICY_INITS,
-    SUBSTRATES,
-    build_jobs,
-    init_of,
-    policy_kwargs_of,
-    select_methods,
-    select_settings,
-    substrate_of,
-    variant_suffix,
-)
-from zoo.token_jobs import (
-    FINAL_WINDOW,
-    OPTIMIZERS,
-    RECORD_FIELDS,
-    TAKEOFF_ERROR,
-    Job,
-    first_iteration_below,
-    make_agent,
-    run_job,
-    summarize_jobs,
-)
-from zoo.token_methods import (
-    ALIASES,
-    LABELS,
-    METHOD_NAMES,
-    METHODS,
-    SINGLE_SAMPLE,
-    canonical,
-    label,
-    record_key,
-)
-from zoo.token_plots import plot
-from zoo.token_tables import grid_table, markdown
-
-__all__ = [
-    "ALIASES", "DEFAULT_POLICY_INIT", "DEFAULT_SUBSTRATE", "FINAL_WINDOW", "LABELS",
-    "METHODS", "METHOD_NAMES", "OPTIMIZERS", "POLICY_INITS", "RECORD_FIELDS", "SINGLE_SAMPLE",
-    "SUBSTRATES", "TAKEOFF_ERROR", "TARGET_LABELS", "TERMINAL_PAPER", "TOKEN_EXPERIMENTS",
-    "Job", "Setting", "TokenExperiment", "base_experiment", "build_jobs", "canonical",
-    "code_version", "first_iteration_below", "grid_table", "init_of", "label", "load_cached",
-    "make_agent", "markdown", "plot", "policy_kwargs_of", "record_key", "run_experiment",
-    "run_job", "run_jobs", "run_sweep", "select_methods", "select_settings", "substrate_of",
-    "summarize_jobs", "variant_suffix", "write_outputs",
-]
+from zoo.jobs.results import write_json_atomic
+from zoo.jobs.sweep import code_version, load_cached, run_sweep
+from zoo.paper.token.experiments import TOKEN_EXPERIMENTS, Setting, base_experiment
+from zoo.paper.token.grid import build_jobs, init_of, substrate_of, variant_suffix
+from zoo.paper.token.jobs import FINAL_WINDOW, TAKEOFF_ERROR, Job, run_job, summarize_jobs
+from zoo.paper.token.plots import plot
+from zoo.paper.token.tables import markdown
 
 
 def run_jobs(
@@ -109,9 +59,9 @@ def run_jobs(
     """Run (or load from the cache) every job; ``{job.name: record}``.
 
     ``backend="local"``: ``workers > 1`` is a process pool (spawn), ``workers == 1`` runs
-    in this process; ``backend="ray"``: one Ray task per job (see :mod:`zoo.backends`).
+    in this process; ``backend="ray"``: one Ray task per job (see :mod:`zoo.jobs.backends`).
     Every job runs with one torch thread, so results do not depend on the backend or the
-    number of workers. Finished jobs are cached as they complete (:func:`zoo.sweep.run_sweep`).
+    number of workers. Finished jobs are cached as they complete (:func:`zoo.jobs.sweep.run_sweep`).
     Each job runs through this module's ``run_job``, read from the module when the sweep
     starts.
     """
@@ -207,7 +157,7 @@ def run_experiment(name: str, args: argparse.Namespace) -> dict:
 def write_outputs(
     result: dict, out_dir: Path, paper_notes: str = "", log_x: bool = False
 ) -> dict[str, Path]:
-    """``OUT/<experiment>.{json,png,md}`` (same signature as :func:`zoo.results.write_outputs`)."""
+    """``OUT/<experiment>.{json,png,md}`` (same signature as :func:`zoo.jobs.results.write_outputs`)."""
     out_dir = Path(out_dir)
     name = result["experiment"]
     exp = TOKEN_EXPERIMENTS[base_experiment(name)]

@@ -11,7 +11,7 @@ For a seed ``s`` every method starts from the same weights: the agents call SB3'
 ``set_random_seed(s)`` before building their policy, and the oracle does the same.
 
 Runs (method, seed) are independent jobs; :func:`run_study` runs them on a
-:mod:`zoo.backends` backend (local processes or Ray tasks, one torch thread each), caches
+:mod:`zoo.jobs.backends` backend (local processes or Ray tasks, one torch thread each), caches
 each finished run under ``OUT/cache/mnist-<dataset>/`` (a rerun resumes), and its results
 do not depend on the backend or ``workers``.
 """
@@ -35,7 +35,7 @@ import tpo_gym  # noqa: F401  (registers MNISTBandit-v0)
 from tpo_agents import DG, GRPO, PG, TPO, GroupPG, MlpPolicy
 from tpo_agents.objectives import cross_entropy_loss
 from tpo_gym.datasets import DATASETS, NUM_CLASSES
-from zoo.sweep import code_version, run_sweep
+from zoo.jobs.sweep import code_version, run_sweep
 
 METHODS: tuple[str, ...] = ("ce", "pg", "dg", "tpo", "grpo", "group_pg")
 """Method keys (JSON keys); ``ce`` is the supervised oracle."""
@@ -235,7 +235,7 @@ def run_one(method: str, seed: int, cfg: MnistConfig) -> tuple[str, int, np.ndar
 
 @dataclass(frozen=True)
 class MnistJob:
-    """One (method, seed) run of the study, as a cached sweep job (:mod:`zoo.sweep`)."""
+    """One (method, seed) run of the study, as a cached sweep job (:mod:`zoo.jobs.sweep`)."""
 
     method: str
     seed: int
@@ -291,10 +291,10 @@ def run_study(
 
     ``backend="local"``: ``workers > 1`` runs them in that many worker processes
     (forkserver with the heavy imports preloaded, else spawn), ``workers == 1`` here;
-    ``backend="ray"``: one Ray task per run (:mod:`zoo.backends`). Either way torch uses
+    ``backend="ray"``: one Ray task per run (:mod:`zoo.jobs.backends`). Either way torch uses
     one thread per run, so the curves do not depend on the backend or ``workers``.
     With ``out``, each finished run is cached as ``out/cache/mnist-<dataset>/<method>__seed<s>.json``
-    and a rerun only runs the missing ones (:func:`zoo.sweep.run_sweep`).
+    and a rerun only runs the missing ones (:func:`zoo.jobs.sweep.run_sweep`).
     """
     unknown = [m for m in methods if m not in METHODS]
     if unknown:

@@ -1,9 +1,9 @@
 """The paper's published Token Reversal numbers, as printed, for the tables beside ours.
 
 Each table is ``{(method, setting_label): value}``: ``method`` is the name the results store
-the method under (:func:`zoo.token_methods.record_key`: ``tpo_token`` in Tables 1, 2 and 5,
+the method under (:func:`zoo.paper.token.methods.record_key`: ``tpo_token`` in Tables 1, 2 and 5,
 ``ppo`` for the critic-free PPO), ``setting_label`` the label of one of
-:mod:`zoo.token_experiments`' settings, and ``value`` the paper's string (``"-"``: never
+:mod:`zoo.paper.token.experiments`' settings, and ``value`` the paper's string (``"-"``: never
 reached; ``">95"``: the paper's ``-`` in Table 3). Final errors are in %.
 """
 

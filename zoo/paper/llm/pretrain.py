@@ -4,7 +4,7 @@ RL with a verifier reward (RLVR) needs a policy that already solves some prompts
 model never samples a correct answer, so every group has zero variance and no method learns.
 No model hub is reachable, so this module makes the starting point itself:
 
-1. a small Llama (:func:`tpo_agents.llm.tiny.build_tiny_causal_lm`: character tokenizer with a
+1. a small Llama (:func:`zoo.paper.llm.tiny.build_tiny_causal_lm`: character tokenizer with a
    chat template, ~0.9 M parameters by default) is initialised from ``seed``;
 2. it is trained by next-token cross-entropy on the reference answers of a prompt task's
    train split, the loss on the answer tokens only (the prompt formatted by the chat template
@@ -29,10 +29,14 @@ and the loop is short enough to read in one sitting.
 
 :data:`SPARSE_TASKS` names the train/test environments of the sparse-reward tasks (exact
 match: one wrong character scores 0) that the LLM study uses.
+
+``python -m zoo.pretrain_lm --task arithmetic [--out DIR] [--seed N] [--target-accuracy A]``
+(:func:`main`) prints the model folder; see docs/llm.md.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import hashlib
@@ -109,7 +113,7 @@ class SFTConfig:
     """What :func:`pretrain_causal_lm` builds (every field enters the cache key).
 
     ``task`` names an entry of :data:`SPARSE_TASKS`; the model fields are those of
-    :func:`~tpo_agents.llm.tiny.build_tiny_causal_lm`; training stops at the first
+    :func:`~zoo.paper.llm.tiny.build_tiny_causal_lm`; training stops at the first
     validation check with greedy accuracy >= ``target_accuracy``, or after ``max_steps``.
     """
 
@@ -194,8 +198,8 @@ def pretrain_causal_lm(
     """
     import torch
 
-    from tpo_agents.llm.tiny import build_tiny_causal_lm
     from tpo_agents.trl.prompts import greedy_accuracy
+    from zoo.paper.llm.tiny import build_tiny_causal_lm
 
     task = SPARSE_TASKS[config.task]
     env = task.make("train")
@@ -267,7 +271,7 @@ def config_hash(config: SFTConfig) -> str:
     import torch
     import transformers
 
-    from tpo_agents.llm import tiny
+    from zoo.paper.llm import tiny
 
     digest = hashlib.sha256()
     task = dataclasses.asdict(SPARSE_TASKS[config.task])
@@ -318,3 +322,29 @@ def pretrained_lm(
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return folder
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(prog="python -m zoo.pretrain_lm", description="Build (or find in the cache) the small pretrained model of a sparse prompt task.")
+    parser.add_argument("--task", default="arithmetic", choices=sorted(SPARSE_TASKS))
+    parser.add_argument("--seed", type=int, default=0, help="weight initialisation and data order")
+    parser.add_argument("--target-accuracy", type=float, default=0.10,
+                        help="stop at the first validation check at or above it")
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help="default: $TPO_CACHE_DIR or ~/.cache/tpo/pretrained")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="also copy the model folder here (save_pretrained layout)")
+    args = parser.parse_args(argv)
+    path = pretrained_lm(args.task, cache_dir=args.cache_dir, seed=args.seed,
+                         target_accuracy=args.target_accuracy)
+    if args.out is not None:
+        shutil.copytree(path, args.out, dirs_exist_ok=True)
+        path = args.out
+    report = json.loads((path / "sft_report.json").read_text())
+    print(f"{path}  ({report['parameters']:,} parameters, {report['steps']} SFT steps, "
+          f"validation accuracy {report['val_accuracy']:.3f})")
+    return path
+
+
+if __name__ == "__main__":
+    main()

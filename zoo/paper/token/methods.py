@@ -13,8 +13,8 @@ alias      canonical key        why
 tpo_token  ``tpo``              the paper's Tables 1, 2 and 5 write TPO_token for TPO on
                                 per-token rewards; it is the same agent (``TPO()``)
 ppo        ``critic_free_ppo``  the paper's "PPO" has no critic (``CriticFreePPO``); it is not
-                                SB3's PPO, which ``zoo.train --algo ppo`` trains
-cfppo      ``critic_free_ppo``  ``zoo.train``'s ``--algo`` name for it
+                                SB3's PPO, which ``zoo.rlzoo.train --algo ppo`` trains
+cfppo      ``critic_free_ppo``  ``zoo.rlzoo.train``'s ``--algo`` name for it
 =========  ===================  ==============================================================
 
 ``grpo_token`` is not an alias of ``grpo``: ``grpo`` is the sequence-level GRPO of the
@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from zoo.results import METHOD_LABELS
+from zoo.jobs.results import METHOD_LABELS
 
 METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "tpo": ("TPO", {}),

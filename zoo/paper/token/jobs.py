@@ -25,9 +25,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from zoo.results import standard_error, summarize
-from zoo.sweep import code_version
-from zoo.token_methods import agent_config
+from zoo.jobs.results import standard_error, summarize
+from zoo.jobs.sweep import code_version
+from zoo.paper.token.methods import agent_config
 
 FINAL_WINDOW = 50
 """``final_error`` is the mean error over this many last iterations."""
@@ -51,7 +51,7 @@ class Job:
     """One training run: a method in one setting with one seed."""
 
     experiment: str  # cache folder (shared by both --match modes)
-    method: str  # the stored name (zoo.token_methods.record_key), e.g. "ppo"
+    method: str  # the stored name (zoo.paper.token.methods.record_key), e.g. "ppo"
     setting: str  # display label, e.g. "H=8"
     tag: str  # file-name form of the setting, e.g. "H8" (plus "-im" when interaction-matched)
     seed: int
@@ -60,7 +60,7 @@ class Job:
     agent: dict  # constructor overrides beyond the method's own
 
     record_fields: ClassVar[tuple[str, ...]] = RECORD_FIELDS
-    """What a cache file must hold to be reused (:func:`zoo.sweep.check_cached`)."""
+    """What a cache file must hold to be reused (:func:`zoo.jobs.sweep.check_cached`)."""
 
     @property
     def name(self) -> str:

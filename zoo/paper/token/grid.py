@@ -1,7 +1,7 @@
-"""From a ``zoo.reproduce`` command line to an experiment's grid of jobs.
+"""From a ``zoo.paper.reproduce`` command line to an experiment's grid of jobs.
 
 The options pick the methods (``--methods``, by canonical key or alias: see
-:mod:`zoo.token_methods`), the settings (``--settings``, ``--lengths``, ``--vocabs``,
+:mod:`zoo.paper.token.methods`), the settings (``--settings``, ``--lengths``, ``--vocabs``,
 ``--length``), the seeds and episodes, the matching (``--match``) and the variant
 (``--substrate``, ``--init``, ``--optimizer``, ``--learning-rate``), which names the jobs'
 tags and the output files (:func:`variant_suffix`).
@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from zoo.token_experiments import Setting, TokenExperiment
-from zoo.token_jobs import Job
-from zoo.token_methods import METHOD_NAMES, is_single_sample, record_key, unknown_methods
+from zoo.paper.token.experiments import Setting, TokenExperiment
+from zoo.paper.token.jobs import Job
+from zoo.paper.token.methods import METHOD_NAMES, is_single_sample, record_key, unknown_methods
 
 # TransformerPolicy's ``init`` and ``substrate`` choices and defaults
 # (tpo_agents.policies.transformer.INITS, DEFAULT_INIT, SUBSTRATES), named here so the
@@ -23,7 +23,7 @@ POLICY_INITS = ("torch", "haiku", "flax")
 DEFAULT_POLICY_INIT = "haiku"
 SUBSTRATES = ("ours", "paper")
 DEFAULT_SUBSTRATE = "paper"
-"""``zoo.reproduce`` reproduces the paper, so it trains on the paper's substrate unless told."""
+"""``zoo.paper.reproduce`` reproduces the paper, so it trains on the paper's substrate unless told."""
 
 
 def _check_args(exp: TokenExperiment, args: argparse.Namespace) -> None:

@@ -18,7 +18,7 @@ Interrupts (docs/sweeps.md, "Interrupting a sweep"): a first SIGINT (Ctrl-C) mak
 driver start no more jobs and wait for the running ones, caching each that finishes; a
 Ctrl-C in a terminal also reaches the pool's workers, which stop their jobs at once, so
 the sweep ends promptly. :func:`run_sweep` then raises :class:`SweepInterrupted`, whose
-message is one line (``zoo.reproduce`` prints it and exits with status 130). A second
+message is one line (``zoo.paper.reproduce`` prints it and exits with status 130). A second
 SIGINT stops the running jobs at once. With ``workers == 1`` the job runs in this process
 and the first SIGINT stops it.
 """
@@ -40,8 +40,8 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from zoo.backends import JobInterrupted, make_backend
-from zoo.results import write_json_atomic
+from zoo.jobs.backends import JobInterrupted, make_backend
+from zoo.jobs.results import write_json_atomic
 
 DEFAULT_RECORD_FIELDS: tuple[str, ...] = ("spec", "error", "seconds")
 """The fields a cached record must have when its job declares no ``record_fields`` (what
@@ -177,10 +177,10 @@ def run_sweep(
     ``fn(job, progress)`` is the job function (a module-level function, so worker
     processes and Ray can import it); ``progress`` is None or a mapping it may set
     ``progress[job.name] = iteration`` in. ``out=None`` disables the cache.
-    ``backend``/``workers``/``ray_address``: see :func:`zoo.backends.make_backend`
+    ``backend``/``workers``/``ray_address``: see :func:`zoo.jobs.backends.make_backend`
     (``context``/``preload``: the local process pool's). The backend is started only
     when some job is not cached. ``info``, when given, receives the backend's
-    :meth:`~zoo.backends.Backend.describe` (for the result's config).
+    :meth:`~zoo.jobs.backends.Backend.describe` (for the result's config).
     """
     names = [job.name for job in jobs]
     if len(set(names)) != len(names):

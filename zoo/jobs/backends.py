@@ -19,7 +19,7 @@ finish. Every backend has the same small interface::
 Every backend runs a task with one torch thread, so results do not depend on the
 backend or the number of workers. Ray is an optional extra (``pip install tpo[ray]``).
 
-Interrupts (what :func:`zoo.sweep.run_sweep` builds on; docs/sweeps.md):
+Interrupts (what :func:`zoo.jobs.sweep.run_sweep` builds on; docs/sweeps.md):
 
 * :meth:`Backend.cancel_pending` drops the tasks that have not started and returns the
   handles of those still to report (running ones); :meth:`Backend.terminate` stops
@@ -171,7 +171,7 @@ def call_single_threaded(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` with one torch thread: the entry point of worker processes and Ray tasks.
 
     Sweep processes also keep freed activation memory in the heap
-    (:func:`tpo_agents.runtime.keep_freed_memory`: no page faults per training step).
+    (:func:`zoo.jobs.runtime.keep_freed_memory`: no page faults per training step).
     In a :class:`LocalBackend` pool worker, a SIGINT during the task raises
     :class:`JobInterrupted` instead (and tells the other workers to start no task); after
     one, or once the driver has stopped the sweep, a task is refused unstarted.
@@ -179,7 +179,7 @@ def call_single_threaded(fn: Callable[..., Any], *args: Any) -> Any:
     global _in_task
     if _worker_stop is not None and (_worker_interrupted or _worker_stop.is_set()):
         raise JobInterrupted("not started: the sweep was interrupted", started=False)
-    from tpo_agents.runtime import keep_freed_memory
+    from zoo.jobs.runtime import keep_freed_memory
 
     keep_freed_memory()
     try:

@@ -1,9 +1,9 @@
 """The Token Reversal experiments: each one's methods, settings and the paper's numbers.
 
 ``TOKEN_EXPERIMENTS[name]`` is a :class:`TokenExperiment`: a grid of methods (by the names
-its results store them under, :mod:`zoo.token_methods`) x settings (:class:`Setting`: an
+its results store them under, :mod:`zoo.paper.token.methods`) x settings (:class:`Setting`: an
 env and agent overrides, built from the command line), with the paper's values
-(:mod:`zoo.paper_numbers`) and the notes naming the paper's table.
+(:mod:`zoo.paper.numbers`) and the notes naming the paper's table.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from zoo import paper_numbers as paper
+from zoo.paper import numbers as paper
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class TokenExperiment:
     """
 
     name: str
-    methods: tuple[str, ...]  # stored names (zoo.token_methods.record_key)
+    methods: tuple[str, ...]  # stored names (zoo.paper.token.methods.record_key)
     settings: Callable[[argparse.Namespace], list[Setting]]
     paper: dict[str, dict[tuple[str, str], str]]
     primary: str  # the metric the paper reports: "final_error" or "steps_to_1pct"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from zoo.token_experiments import TOKEN_EXPERIMENTS, base_experiment, setting_order
-from zoo.token_methods import label
+from zoo.paper.token.experiments import TOKEN_EXPERIMENTS, base_experiment, setting_order
+from zoo.paper.token.methods import label
 
 
 def _band(ax, x, mean, se, floor: float, color) -> None:

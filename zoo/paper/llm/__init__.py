@@ -1,0 +1,7 @@
+"""The LLM side of the paper's reproduction.
+
+* :mod:`zoo.paper.llm.tiny`: a tiny Llama and a character tokenizer, built offline;
+* :mod:`zoo.paper.llm.pretrain`: small pretrained models (SFT to partial competence), cached;
+* :mod:`zoo.paper.llm.study`: RLVR from such a model, our agents and the TRL trainers;
+* :mod:`zoo.paper.llm.recipe`: the same comparison on a real model folder.
+"""
