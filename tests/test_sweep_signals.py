@@ -245,8 +245,8 @@ class _Job:
     def spec(self) -> dict:
         return {"seed": (0, 1)}
 
-    def cache_path(self, out: Path) -> Path:
-        return Path(out) / "cache" / "x" / "job.json"
+    def cache_path(self, cache: Path) -> Path:
+        return Path(cache) / "x" / "job.json"
 
 
 @pytest.mark.parametrize(

@@ -97,7 +97,7 @@ def test_mnist_runs_are_cached_and_resume(tmp_path, monkeypatch):
     killed = Counter(mnist_study.run_one, key, fail_after=3)
     monkeypatch.setattr(mnist_study, "run_one", killed)
     with pytest.raises(RuntimeError, match="simulated kill"):
-        mnist_study.run_study(cfg, [0, 1], methods=("ce", "tpo"), progress=False, out=tmp_path)
+        mnist_study.run_study(cfg, [0, 1], methods=("ce", "tpo"), progress=False, cache=tmp_path / "cache")
     finished = cache_mtimes(tmp_path, "mnist-digits")
     assert sorted(finished) == sorted(killed.calls) and len(finished) == 3
 
@@ -105,7 +105,7 @@ def test_mnist_runs_are_cached_and_resume(tmp_path, monkeypatch):
     monkeypatch.setattr(mnist_study, "run_one", resumed)
     info: dict = {}
     runs = mnist_study.run_study(
-        cfg, [0, 1], methods=("ce", "tpo"), progress=False, out=tmp_path, info=info
+        cfg, [0, 1], methods=("ce", "tpo"), progress=False, cache=tmp_path / "cache", info=info
     )
     assert resumed.calls == ["tpo__seed1"]
     assert (info["jobs_cached"], info["jobs_run"]) == (3, 1)
@@ -118,7 +118,7 @@ def test_mnist_runs_are_cached_and_resume(tmp_path, monkeypatch):
     # Another config (steps) does not reuse the cache.
     resumed.calls.clear()
     other = mnist_study.MnistConfig(dataset="digits", steps=3, eval_every=3)
-    mnist_study.run_study(other, [0], methods=("ce",), progress=False, out=tmp_path)
+    mnist_study.run_study(other, [0], methods=("ce",), progress=False, cache=tmp_path / "cache")
     assert resumed.calls == ["ce__seed0"]
 
 

@@ -13,7 +13,8 @@ from zoo.jobs import sweep
 from zoo.jobs.results import markdown_table, summarize
 from zoo.paper import mnist as mnist_study
 from zoo.paper import report
-from zoo.paper.reproduce import EXPERIMENTS, MNIST_PAPER
+from zoo.paper.numbers import MNIST as MNIST_PAPER
+from zoo.paper.reproduce import EXPERIMENTS
 from zoo.paper.reproduce import main as reproduce_main
 from zoo.paper.token import experiments as token_experiments
 from zoo.paper.token import jobs as token_jobs

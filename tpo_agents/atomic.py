@@ -3,19 +3,21 @@
 Files are written to a temporary name in the destination folder, flushed to disk
 (``fsync``) and moved over the destination with ``os.replace`` (atomic on POSIX and
 Windows); folders (a language model's ``save_pretrained`` output) are written beside the
-destination and swapped in with two renames.
+destination and swapped in with two renames. The one way the project writes a file that
+must never be seen half-written: checkpoints, result JSON, per-job cache records.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_path", "atomic_folder", "fsync_tree"]
+__all__ = ["atomic_path", "atomic_folder", "fsync_tree", "write_json_atomic", "write_text_atomic"]
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -65,6 +67,17 @@ def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (:func:`atomic_path`)."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json_atomic(path: str | os.PathLike, data, indent: int = 2) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (:func:`atomic_path`)."""
+    write_text_atomic(path, json.dumps(data, indent=indent))
 
 
 @contextlib.contextmanager

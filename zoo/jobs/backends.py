@@ -95,6 +95,29 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _stop_processes(pids: Sequence[int], grace: float) -> None:
+    """SIGTERM each process, then SIGKILL the ones still alive after ``grace`` seconds.
+
+    Our own children (spawned workers) are handled through their ``multiprocessing``
+    objects, which also reap them; others (a fork server's children) by pid."""
+    children = {p.pid: p for p in multiprocessing.active_children()}
+    for pid in pids:
+        with contextlib.suppress(Exception):
+            children[pid].terminate() if pid in children else os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for pid in pids:
+        with contextlib.suppress(Exception):
+            if pid in children:
+                children[pid].join(max(0.0, deadline - time.monotonic()))
+                if children[pid].is_alive():
+                    children[pid].kill()
+                continue
+            while _pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def watch_parent(driver_pid: int, direct: bool, interval: float = WATCHDOG_INTERVAL) -> None:
     """Exit this process (``os._exit(1)``) as soon as the driver that started it is gone.
 
@@ -128,10 +151,14 @@ def _on_worker_sigint(signum, frame) -> None:
         raise KeyboardInterrupt
 
 
-def _init_pool_worker(driver_pid: int, direct: bool, stop: Any) -> None:
-    """Initializer of a :class:`LocalBackend` pool worker (see the module docstring)."""
+def _init_pool_worker(driver_pid: int, direct: bool, stop: Any, pids: Any) -> None:
+    """Initializer of a :class:`LocalBackend` pool worker (see the module docstring).
+
+    It reports its pid on ``pids`` (a queue) so the driver can terminate its workers with
+    public APIs only (the executor does not list them publicly before Python 3.14)."""
     global _worker_stop
     _worker_stop = stop
+    pids.put(os.getpid())
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not ignored
         signal.signal(signal.SIGINT, _on_worker_sigint)
     watch_parent(driver_pid, direct)
@@ -318,6 +345,8 @@ class LocalBackend(Backend):
         self._pool: ProcessPoolExecutor | None = None
         self._manager = None
         self._stop = None
+        self._pids = None  # a queue the pool's workers put their pids on
+        self._worker_pids: set[int] = set()
 
     def _mp_context(self) -> multiprocessing.context.BaseContext:
         if self.context == "forkserver" and "forkserver" in multiprocessing.get_all_start_methods():
@@ -335,11 +364,13 @@ class LocalBackend(Backend):
         if not self.in_process and self._pool is None:
             ctx = self._mp_context()
             self._stop = ctx.Event()
+            self._pids = ctx.SimpleQueue()
+            self._worker_pids = set()
             self._pool = ProcessPoolExecutor(
                 max_workers=self.workers,
                 mp_context=ctx,
                 initializer=_init_pool_worker,
-                initargs=(*self._helper_args(ctx), self._stop),
+                initargs=(*self._helper_args(ctx), self._stop, self._pids),
             )
 
     def close(self, cancel: bool = False) -> None:
@@ -368,18 +399,15 @@ class LocalBackend(Backend):
             if self._stop is not None:
                 with contextlib.suppress(Exception):
                     self._stop.set()
-            processes = list((getattr(pool, "_processes", None) or {}).values())
-            for process in processes:
-                with contextlib.suppress(Exception):
-                    process.terminate()
-            deadline = time.monotonic() + 2.0
-            for process in processes:
-                with contextlib.suppress(Exception):
-                    process.join(max(0.0, deadline - time.monotonic()))
-                    if process.is_alive():
-                        process.kill()
+            _stop_processes(self._started_workers(), grace=2.0)
             pool.shutdown(wait=True)  # the dead workers' futures fail (BrokenProcessPool)
         self.close(cancel=True)
+
+    def _started_workers(self) -> list[int]:
+        """The pids of the pool workers started so far (each reported itself on start)."""
+        while self._pids is not None and not self._pids.empty():
+            self._worker_pids.add(self._pids.get())
+        return sorted(self._worker_pids)
 
     def is_interruption(self, exc: BaseException) -> bool:
         # A worker that died meanwhile (BrokenProcessPool): a Ctrl-C may have killed it.

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
+from tpo_agents.atomic import write_json_atomic
 
 METHOD_LABELS = {
     "ce": "CE (oracle)",
@@ -93,22 +93,6 @@ def summarize(
 def _pct_name(threshold: float) -> str:
     pct = threshold * 100
     return f"{pct:g}pct".replace(".", "_")
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    """Write JSON to ``path`` through a temporary file and an atomic rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def plot_result(result: dict, path: Path, log_x: bool = False) -> None:

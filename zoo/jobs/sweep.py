@@ -1,9 +1,9 @@
 """Cached sweeps: run many independent jobs on a backend, one cache file per finished job.
 
 A job is any object with a ``name`` (unique within its sweep), a ``spec()`` (a JSON-able
-dict of everything that determines its result) and a ``cache_path(out)``. The job
+dict of everything that determines its result) and a ``cache_path(cache)`` (its file under the cache root ``cache``). The job
 function ``fn(job, progress)`` returns a JSON-able record holding ``"spec": job.spec()``;
-:func:`run_sweep` writes each record to ``job.cache_path(out)`` atomically, in this
+:func:`run_sweep` writes each record to ``job.cache_path(cache)`` atomically, in this
 process, as soon as it arrives from the backend (a remote Ray worker needs no shared
 file system). A rerun loads every job whose cache file holds the same spec and runs
 only the others, so a sweep interrupted on one backend resumes on either.
@@ -40,8 +40,8 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
+from tpo_agents.atomic import write_json_atomic
 from zoo.jobs.backends import JobInterrupted, make_backend
-from zoo.jobs.results import write_json_atomic
 
 DEFAULT_RECORD_FIELDS: tuple[str, ...] = ("spec", "error", "seconds")
 """The fields a cached record must have when its job declares no ``record_fields`` (what
@@ -81,7 +81,7 @@ class SweepJob(Protocol):
 
     def spec(self) -> dict: ...
 
-    def cache_path(self, out: Path) -> Path: ...
+    def cache_path(self, cache: Path) -> Path: ...
 
 
 @functools.lru_cache(maxsize=1)
@@ -104,15 +104,25 @@ def code_version() -> str:
     return digest.hexdigest()[:12]
 
 
-def check_cached(job: SweepJob, out: Path) -> tuple[dict | None, str | None]:
-    """``(record, problem)`` for ``job``'s cache file under ``out``.
+def cache_root(args) -> Path:
+    """The cache root of a command line: ``--cache`` when given, else ``OUT/cache``.
+
+    Results (JSON, PNG, MD) go to ``--out``; per-job records to the cache root, so the
+    committed records (``data/cache``) are written only when a command names them.
+    """
+    cache = getattr(args, "cache", None)
+    return Path(cache) if cache is not None else Path(args.out) / "cache"
+
+
+def check_cached(job: SweepJob, cache: Path) -> tuple[dict | None, str | None]:
+    """``(record, problem)`` for ``job``'s cache file under the cache root ``cache``.
 
     ``record`` is the cached record when the file exists, holds the same spec and has
     every field of ``job.record_fields``; otherwise None, with ``problem`` saying what is
     wrong with the file (None when there is no file, or when it holds another spec: a
     changed setting is another job, run anew as before).
     """
-    path = job.cache_path(Path(out))
+    path = job.cache_path(Path(cache))
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -137,10 +147,10 @@ def check_cached(job: SweepJob, out: Path) -> tuple[dict | None, str | None]:
     return record, None
 
 
-def load_cached(job: SweepJob, out: Path) -> dict | None:
+def load_cached(job: SweepJob, cache: Path) -> dict | None:
     """The cached record of ``job`` if it exists, was made with the same spec and is
     complete (:func:`check_cached`; no warning)."""
-    return check_cached(job, out)[0]
+    return check_cached(job, cache)[0]
 
 
 def _jsonable(value: Any) -> Any:
@@ -161,7 +171,7 @@ class _BarProgress:
 def run_sweep(
     jobs: Sequence[SweepJob],
     fn: Callable[[Any, Any], dict],
-    out: Path | None,
+    cache: Path | None,
     backend: str = "local",
     workers: int = 1,
     ray_address: str | None = None,
@@ -172,11 +182,11 @@ def run_sweep(
     preload: Sequence[str] = (),
     info: dict | None = None,
 ) -> dict[str, dict]:
-    """Run (or load from ``out``'s cache) every job; ``{job.name: record}``.
+    """Run (or load from the cache root ``cache``) every job; ``{job.name: record}``.
 
     ``fn(job, progress)`` is the job function (a module-level function, so worker
     processes and Ray can import it); ``progress`` is None or a mapping it may set
-    ``progress[job.name] = iteration`` in. ``out=None`` disables the cache.
+    ``progress[job.name] = iteration`` in. ``cache=None`` disables the cache.
     ``backend``/``workers``/``ray_address``: see :func:`zoo.jobs.backends.make_backend`
     (``context``/``preload``: the local process pool's). The backend is started only
     when some job is not cached. ``info``, when given, receives the backend's
@@ -190,10 +200,10 @@ def run_sweep(
     todo = []
     stale = []
     for job in jobs:
-        cached, problem = (None, None) if out is None else check_cached(job, out)
+        cached, problem = (None, None) if cache is None else check_cached(job, cache)
         if problem is not None:
             warnings.warn(
-                f"cache file {job.cache_path(Path(out))} {problem}; running job {job.name} "
+                f"cache file {job.cache_path(Path(cache))} {problem}; running job {job.name} "
                 "again (the file will be overwritten)",
                 CacheWarning,
                 stacklevel=2,
@@ -206,7 +216,7 @@ def run_sweep(
                 stale.append(job.name)
     if stale:
         warnings.warn(
-            f"{len(stale)} cached job(s) in {Path(out) / 'cache'} were made with other "
+            f"{len(stale)} cached job(s) in {cache} were made with other "
             f"tpo_agents/tpo_gym sources than the current ones ({code_version()}), e.g. "
             f"{stale[0]}; delete their cache files to recompute them",
             stacklevel=2,
@@ -221,7 +231,7 @@ def run_sweep(
     n_workers = workers if backend == "ray" else min(workers, len(todo))
     runner = make_backend(backend, n_workers, ray_address, context, preload)
     bar = tqdm(total=len(jobs), initial=len(records), desc=desc, disable=not progress, unit="job")
-    sweep = _Sweep(runner, fn, out, records, bar, desc, describe, progress)
+    sweep = _Sweep(runner, fn, cache, records, bar, desc, describe, progress)
     try:
         with sweep.guard:
             runner.start()
@@ -284,8 +294,8 @@ class _Sweep:
     """The jobs of one :func:`run_sweep` call on a started backend: submits them, caches
     each result as it arrives and, after an interrupt, drains the running jobs."""
 
-    def __init__(self, runner, fn, out, records, bar, desc, describe, progress) -> None:
-        self.runner, self.fn, self.out, self.records = runner, fn, out, records
+    def __init__(self, runner, fn, cache, records, bar, desc, describe, progress) -> None:
+        self.runner, self.fn, self.cache, self.records = runner, fn, cache, records
         self.bar, self.desc, self.describe, self.progress = bar, desc, describe, progress
         self.guard = _SigintGuard(first_raises=runner.in_process)
         self.interrupted = False  # a SIGINT (or a worker's JobInterrupted) stopped the sweep
@@ -341,8 +351,8 @@ class _Sweep:
                     self.interrupted = True
                     self.stopped += bool(getattr(exc, "started", True))
                     continue
-                if self.out is not None:
-                    write_json_atomic(job.cache_path(Path(self.out)), record)
+                if self.cache is not None:
+                    write_json_atomic(job.cache_path(Path(self.cache)), record)
                 self.records[job.name] = record
                 self.finished_after += draining_since is not None
                 bar.set_description(f"{self.desc}: done {self.describe(job)}")
@@ -367,9 +377,9 @@ class _Sweep:
         """The one-line report of an interrupted sweep."""
         finished = len(self.records)
         folder = None
-        if self.out is not None:
-            folders = {str(job.cache_path(Path(self.out)).parent) for job in todo}
-            folder = folders.pop() if len(folders) == 1 else str(Path(self.out) / "cache")
+        if self.cache is not None:
+            folders = {str(job.cache_path(Path(self.cache)).parent) for job in todo}
+            folder = folders.pop() if len(folders) == 1 else str(self.cache)
         notes = []
         if self.finished_after:
             notes.append(f"{self.finished_after} of them were running when interrupted and finished first")
@@ -378,7 +388,7 @@ class _Sweep:
         if self.forced:
             notes.append("the running job was stopped" if self.runner.in_process else "running jobs were stopped")
         text = f"interrupted: {finished} of {total} jobs finished"
-        text += f" and cached in {folder}" if folder else " (no cache: out=None)"
+        text += f" and cached in {folder}" if folder else " (no cache: cache=None)"
         if notes:
             text += " (" + "; ".join(notes) + ")"
         return text + ("; rerun the same command to resume" if folder else "")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zoo.jobs.results import write_json_atomic
+from tpo_agents.atomic import write_json_atomic
 from zoo.paper.token.jobs import GRAD_WINDOW
 
 ARTIFACT_H10 = {

@@ -12,7 +12,7 @@ For a seed ``s`` every method starts from the same weights: the agents call SB3'
 
 Runs (method, seed) are independent jobs; :func:`run_study` runs them on a
 :mod:`zoo.jobs.backends` backend (local processes or Ray tasks, one torch thread each), caches
-each finished run under ``OUT/cache/mnist-<dataset>/`` (a rerun resumes), and its results
+each finished run under ``CACHE/mnist-<dataset>/`` (``--cache``, default ``OUT/cache``) (a rerun resumes), and its results
 do not depend on the backend or ``workers``.
 """
 
@@ -130,7 +130,7 @@ def greedy_error(
 
 
 class TestErrorCallback(BaseCallback):
-    """Records the test error whenever ``model._n_updates`` reaches a step in ``steps``.
+    """Records the test error whenever ``model.n_updates`` reaches a step in ``steps``.
 
     Checked at the start of every rollout (after the previous iteration's update) and at
     the end of training, so the error at update count ``n`` is measured on the policy
@@ -146,7 +146,7 @@ class TestErrorCallback(BaseCallback):
         self.errors: dict[int, float] = {}
 
     def _record(self) -> None:
-        n = int(self.model._n_updates)
+        n = int(self.model.n_updates)
         if n in self.steps and n not in self.errors:
             self.errors[n] = greedy_error(self.model.policy, self.images, self.labels)
 
@@ -194,8 +194,8 @@ def run_agent(method: str, cfg: MnistConfig, seed: int) -> np.ndarray:
     model = make_agent(method, cfg, seed)
     callback = TestErrorCallback(images, labels, cfg.eval_steps)
     model.learn(total_timesteps=cfg.steps * cfg.batch_size, callback=callback)
-    if model._n_updates != cfg.steps:
-        raise RuntimeError(f"{method} made {model._n_updates} updates, expected {cfg.steps}")
+    if model.n_updates != cfg.steps:
+        raise RuntimeError(f"{method} made {model.n_updates} updates, expected {cfg.steps}")
     return np.array([callback.errors[s] for s in cfg.eval_steps])
 
 
@@ -255,8 +255,8 @@ class MnistJob:
         config = {k: v for k, v in self.cfg.as_dict().items() if k != "data_dir"}
         return {"method": self.method, "seed": self.seed, "config": config}
 
-    def cache_path(self, out: Path) -> Path:
-        return Path(out) / "cache" / f"mnist-{self.cfg.dataset}" / f"{self.name}.json"
+    def cache_path(self, cache: Path) -> Path:
+        return Path(cache) / f"mnist-{self.cfg.dataset}" / f"{self.name}.json"
 
 
 def run_job(job: MnistJob, progress: Any = None) -> dict:
@@ -282,7 +282,7 @@ def run_study(
     methods: Sequence[str] = METHODS,
     workers: int = 1,
     progress: bool = True,
-    out: Path | None = None,
+    cache: Path | None = None,
     backend: str = "local",
     ray_address: str | None = None,
     info: dict | None = None,
@@ -293,7 +293,8 @@ def run_study(
     (forkserver with the heavy imports preloaded, else spawn), ``workers == 1`` here;
     ``backend="ray"``: one Ray task per run (:mod:`zoo.jobs.backends`). Either way torch uses
     one thread per run, so the curves do not depend on the backend or ``workers``.
-    With ``out``, each finished run is cached as ``out/cache/mnist-<dataset>/<method>__seed<s>.json``
+    With ``cache`` (a cache root), each finished run is cached as
+    ``cache/mnist-<dataset>/<method>__seed<s>.json``
     and a rerun only runs the missing ones (:func:`zoo.jobs.sweep.run_sweep`).
     """
     unknown = [m for m in methods if m not in METHODS]
@@ -304,7 +305,7 @@ def run_study(
     records = run_sweep(
         jobs,
         run_job,
-        out,
+        cache,
         backend=backend,
         workers=workers,
         ray_address=ray_address,

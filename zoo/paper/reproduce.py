@@ -16,7 +16,8 @@ Token Reversal (Tables 1, 2, 3, 5 and the sparse-reward diagnostics; :mod:`zoo.p
         [--match {prompts,interactions}] [--lengths 7 8 9 10] [--vocabs 2 4 8 16]
         [--length H] [--methods tpo grpo ...] [--settings TAG ...] [--out results]
 
-Per-seed runs are cached in ``OUT/cache/<name>/`` (a rerun resumes); ``--match
+Per-seed runs are cached in ``CACHE/<name>/`` (a rerun resumes; ``--cache CACHE``, default
+``OUT/cache``; the committed records are in ``data/cache``, see data/README.md); ``--match
 interactions`` writes ``OUT/<name>-interactions.*``. ``--methods`` takes the method keys of
 :mod:`zoo.paper.token.methods` and their aliases (``ppo`` / ``cfppo`` = ``critic_free_ppo``,
 ``tpo_token`` = ``tpo``), which run the same jobs.
@@ -53,8 +54,9 @@ from tqdm import tqdm
 from zoo.cli import positive_float, positive_int
 from zoo.jobs.backends import BACKENDS, BackendError, check_backend_args
 from zoo.jobs.results import summarize, write_outputs
-from zoo.jobs.sweep import SweepInterrupted
+from zoo.jobs.sweep import SweepInterrupted, cache_root
 from zoo.paper import mnist as mnist_study
+from zoo.paper import numbers as paper_numbers
 from zoo.paper import tabular
 from zoo.paper.token import experiments as token_experiments
 from zoo.paper.token import grid as token_grid
@@ -114,7 +116,7 @@ def run_mnist(args: argparse.Namespace) -> dict:
         range(args.seeds),
         workers=args.workers,
         progress=not args.quiet,
-        out=args.out,
+        cache=cache_root(args),
         backend=args.backend,
         ray_address=args.ray_address,
         info=backend,
@@ -129,7 +131,7 @@ def run_mnist(args: argparse.Namespace) -> dict:
         "n_test": len(test_x),
         "group_modes": mnist_study.group_modes(cfg),
         **backend,
-        "cache": str(Path(args.out) / "cache" / f"mnist-{cfg.dataset}"),
+        "cache": str(cache_root(args) / f"mnist-{cfg.dataset}"),
     }
     result = {"experiment": f"mnist-{cfg.dataset}", "config": config, "methods": {}}
     for method, run in runs.items():
@@ -140,44 +142,27 @@ def run_mnist(args: argparse.Namespace) -> dict:
     return result
 
 
-MNIST_PAPER = {
-    "tpo": {"final_error": "0.029", "steps_to_5pct": "1600"},
-    "dg": {"steps_to_5pct": "2200"},
-    "pg": {"final_error": "0.053"},
-    "grpo": {"final_error": "0.059"},
-    "group_pg": {"final_error": "0.072"},
-}
-"""The paper's MNIST numbers (real MNIST only): final test error and steps to 5% error."""
-
-
 def _mnist_paper(result: dict) -> dict | None:
-    return MNIST_PAPER if result["config"].get("dataset") == "mnist" else None
+    return paper_numbers.MNIST if result["config"].get("dataset") == "mnist" else None
 
 
 EXPERIMENTS: dict[str, Experiment] = {
     "tabular-single": Experiment(
         run_tabular_single,
-        paper="single-context symmetric bandit (A = 100, B = 100, 150 steps, 100 seeds): "
-        "TPO and DG converge fastest and keep improving below 1% error; PG and GRPO plateau "
-        "higher; TPO has the lowest misalignment.",
+        paper=paper_numbers.TABULAR_SINGLE,
         default_steps=150,
         uses_backend=False,
     ),
     "tabular-multi": Experiment(
         run_tabular_multi,
-        paper="multi-context exact bandit (N = 100, A = 10, 1000 steps, 100 seeds): CE is "
-        "fastest; TPO overtakes DG and GRPO after the early transient, ends lowest of the RL "
-        "updates, and its direction stays closest to CE.",
+        paper=paper_numbers.TABULAR_MULTI,
         default_steps=1000,
         log_x=True,
         uses_backend=False,
     ),
     "mnist": Experiment(
         run_mnist,
-        paper="MNIST contextual bandit (real MNIST; MLP 784-50-50-10, Adam 1e-3, batch 100, "
-        "10,000 steps, 20 seeds, test error every 200 steps): final test error TPO 2.9%, "
-        "PG 5.3%, GRPO 5.9%, Group PG 7.2%; TPO reaches 5% error at step 1,600 vs 2,200 "
-        "for DG. (The paper reports no Fashion-MNIST or digits numbers.)",
+        paper=paper_numbers.MNIST_NOTE,
         default_steps=10_000,
         default_seeds=20,
         paper_values=_mnist_paper,
@@ -203,6 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--steps", type=positive_int, default=None, help="override the number of steps")
     parser.add_argument("--out", type=Path, default=Path("results"), help="output folder")
+    parser.add_argument(
+        "--cache", type=Path, default=None,
+        help="per-job cache root (default: OUT/cache; the committed records: data/cache)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     sweep = parser.add_argument_group("where jobs run (mnist and token reversal; see docs/sweeps.md)")
     sweep.add_argument(
@@ -274,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     token.add_argument(
         "--cached-only", action="store_true",
-        help="train nothing: summarize the jobs already cached under OUT (e.g. a sweep still running)",
+        help="train nothing: summarize the jobs already cached (e.g. a sweep still running)",
     )
     token.add_argument(
         "--settings", nargs="+", default=None, metavar="TAG",

@@ -43,11 +43,12 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from tpo_agents.atomic import atomic_folder
 
 __all__ = [
     "RECIPE_VERSION",
@@ -315,12 +316,8 @@ def pretrained_lm(
     with _lock(root / f".{folder.name}.lock"):
         if (folder / "sft_report.json").exists():  # another process built it meanwhile
             return folder
-        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=root))
-        try:
+        with atomic_folder(folder) as staging:
             pretrain_causal_lm(config, staging, log=log)
-            os.replace(staging, folder)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
     return folder
 
 

@@ -52,17 +52,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from zoo.cli import positive_float, positive_int  # noqa: E402
+from zoo.paper import numbers as paper_numbers  # noqa: E402
 
 ALGOS = ("tpo", "grpo")
-PAPER = {
-    "k": 16,
-    "prompts": 16,
-    "lr": 1e-5,
-    "lora_rank": 32,
-    "lora_alpha": 64,
-    "beta": 1e-3,
-    "max_new_tokens": 512,
-}
 LOGGED = ("reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "kl", "entropy",
           "tpo/target_entropy", "tpo/kl_target_old", "tpo/zero_variance_frac", "step_time")
 
@@ -199,17 +191,17 @@ def parse_args(argv=None):
     p.add_argument("--eval-size", type=int, default=200, help="greedy-evaluation prompts (0: none)")
     p.add_argument("--eval-batch-size", type=positive_int, default=32)
     p.add_argument("--algos", nargs="+", choices=ALGOS, default=list(ALGOS))
-    p.add_argument("--k", type=positive_int, default=PAPER["k"], help="completions per prompt")
-    p.add_argument("--prompts", type=positive_int, default=PAPER["prompts"], help="prompts per optimizer step")
+    p.add_argument("--k", type=positive_int, default=paper_numbers.LLM_RECIPE["k"], help="completions per prompt")
+    p.add_argument("--prompts", type=positive_int, default=paper_numbers.LLM_RECIPE["prompts"], help="prompts per optimizer step")
     p.add_argument("--micro-prompts", type=positive_int, default=1,
                    help="prompts per forward/backward micro-batch (divides --prompts)")
     p.add_argument("--steps", type=positive_int, default=100)
-    p.add_argument("--lr", type=positive_float, default=PAPER["lr"])
-    p.add_argument("--lora-rank", type=int, default=PAPER["lora_rank"], help="0: full fine-tuning")
-    p.add_argument("--lora-alpha", type=positive_int, default=PAPER["lora_alpha"])
-    p.add_argument("--beta", type=float, default=PAPER["beta"], help="KL coefficient to the reference")
+    p.add_argument("--lr", type=positive_float, default=paper_numbers.LLM_RECIPE["lr"])
+    p.add_argument("--lora-rank", type=int, default=paper_numbers.LLM_RECIPE["lora_rank"], help="0: full fine-tuning")
+    p.add_argument("--lora-alpha", type=positive_int, default=paper_numbers.LLM_RECIPE["lora_alpha"])
+    p.add_argument("--beta", type=float, default=paper_numbers.LLM_RECIPE["beta"], help="KL coefficient to the reference")
     p.add_argument("--eta", type=positive_float, default=1.0, help="TPO target temperature")
-    p.add_argument("--max-new-tokens", type=positive_int, default=PAPER["max_new_tokens"])
+    p.add_argument("--max-new-tokens", type=positive_int, default=paper_numbers.LLM_RECIPE["max_new_tokens"])
     p.add_argument("--temperature", type=positive_float, default=1.0)
     p.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="weights on CUDA")
     p.add_argument("--no-gradient-checkpointing", action="store_true")

@@ -19,7 +19,8 @@ norm 1, weight decay 0, float32 on the CPU, same sampling temperature 1; ``cfg["
 * ``trl_targetpo``: our ``tpo_agents.trl.TargetPOTrainer`` (TRL's trainer with TPO's loss).
 
 The seed sets sampling and prompt order; the starting weights are the same for every seed (the
-pretrained model). Each run is cached as JSON (``<out>/cache/llm/<task>/steps<S>_b<B>_k<K>/...``) so an
+pretrained model). Each run is cached as JSON (``CACHE/llm/<task>/steps<S>_b<B>_k<K>/...``; ``--cache``,
+default ``OUT/cache``; the committed records: ``data/cache``) so an
 interrupted study resumes; ``--cached-only`` rebuilds the report from the cache.
 
 Usage::
@@ -44,6 +45,10 @@ import time
 import warnings
 from pathlib import Path
 
+from tpo_agents.atomic import write_json_atomic
+from zoo.jobs.sweep import cache_root
+from zoo.paper import numbers as paper_numbers
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 METHODS = ("tpo", "grpo", "trl_grpo", "trl_dr_grpo", "trl_dapo", "trl_targetpo")
@@ -55,10 +60,6 @@ LABELS = {
     "trl_dapo": "TRL GRPOTrainer, loss_type=dapo (default)",
     "trl_targetpo": "our TRL TargetPOTrainer",
 }
-PAPER_ROW = (
-    "Paper (different scale: Qwen3-1.7B, verl, 4 A100s, K = 16, 300 steps, Reasoning Gym "
-    "graph colouring): TPO reaches about 0.96, GRPO stays near 0."
-)
 
 
 # ----------------------------------------------------------------------------- one run
@@ -260,10 +261,7 @@ def run_one(method: str, cfg: dict, seed: int, cache: Path, workdir: Path) -> di
         torch.set_num_threads(previous)
     run.update(method=method, seed=seed, lr=cfg["lr"], config=cfg, model=model_path,
                seconds=time.perf_counter() - start)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(run, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_json_atomic(path, run, indent=1)
     return run
 
 
@@ -345,7 +343,7 @@ def markdown(result: dict) -> str:
             f"{s['final_mean']:.3f} +- {s['final_se']:.3f} | {s['gain_mean']:+.3f} | {best} | "
             f"{reach} | {s['seconds_per_step']:.2f} |"
         )
-    lines += ["", PAPER_ROW, "", result.get("verdict", ""), ""]
+    lines += ["", paper_numbers.LLM_CLAIM, "", result.get("verdict", ""), ""]
     return "\n".join(lines)
 
 
@@ -449,7 +447,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--n-eval", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    parser.add_argument("--out", type=Path, default=Path("results"))
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="per-run cache root (default: OUT/cache; the committed records: data/cache)")
     parser.add_argument("--cached-only", action="store_true",
                         help="report from the cache; runs not cached are left out")
     args = parser.parse_args(argv)
@@ -459,8 +459,8 @@ def main(argv: list[str] | None = None) -> dict:
         fixed = _parse_lr_choice(args.lr)
     except ValueError as err:
         parser.error(str(err))
-    cache = args.out / "cache" / "llm" / args.task
-    workdir = args.out / "cache" / "llm" / ".trl-work"
+    cache = cache_root(args) / "llm" / args.task
+    workdir = cache_root(args) / "llm" / ".trl-work"
     base = dict(task=args.task, steps=args.steps, prompts=args.prompts, k=args.k,
                 eval_every=args.eval_every, n_eval=args.n_eval, threads=args.threads)
 
@@ -513,7 +513,7 @@ def main(argv: list[str] | None = None) -> dict:
                   "sft_config": report["config"]},
         "grid": grid,
         "methods": methods,
-        "paper": PAPER_ROW,
+        "paper": paper_numbers.LLM_CLAIM,
         "verdict": verdict(methods),
         # Every run reported, grid included (a --cached-only report's own wall time is ~0).
         "compute_seconds": round(sum({(r["method"], r["lr"], r["seed"]): r["seconds"]

@@ -3,9 +3,9 @@
 A :class:`Job` trains one agent (a method in one setting with one seed) for ``episodes``
 iterations (one iteration = one rollout batch and its epochs; the paper's "episodes" and
 "steps"). :func:`run_job` returns its record, which the sweep caches as
-``OUT/cache/<experiment>/<job>.json``; per iteration it holds
+``CACHE/<experiment>/<job>.json``; per iteration it holds
 
-* ``error``: ``1 - mean(model._batch.behaviour_returns())`` of the training batch (bag:
+* ``error``: ``1 - mean(model.last_batch.behaviour_returns())`` of the training batch (bag:
   fraction of wrong tokens; sequential: 1 - correct-prefix fraction; terminal: the
   exact-match error), and
 * ``grad_norm``: ``model.last_train_stats["grad_norm"]`` (the paper's Figure 10 trace),
@@ -70,8 +70,8 @@ class Job:
         """What a cached result must match to be reused."""
         return {k: v for k, v in asdict(self).items() if k != "experiment"}
 
-    def cache_path(self, out: Path) -> Path:
-        return Path(out) / "cache" / self.experiment / f"{self.name}.json"
+    def cache_path(self, cache: Path) -> Path:
+        return Path(cache) / self.experiment / f"{self.name}.json"
 
 
 OPTIMIZERS = ("substrate", "adamw")
@@ -131,7 +131,7 @@ def _iteration_recorder(episodes: int, report: Callable[[int], None] | None):
                 report(self.rollouts)
 
         def _on_rollout_end(self) -> None:
-            returns = self.model._batch.behaviour_returns()
+            returns = self.model.last_batch.behaviour_returns()
             # Clipped: float32 sums of c_t / H can exceed 1 by an ulp (error -1e-7).
             self.error.append(min(1.0, max(0.0, 1.0 - float(returns.float().mean()))))
             self.rollouts += 1

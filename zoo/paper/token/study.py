@@ -15,7 +15,8 @@ the parts live in
   and the per-(method, setting) summaries;
 * :mod:`zoo.paper.token.tables` and :mod:`zoo.paper.token.plots`: the markdown page and the figure.
 
-Each finished job is cached as ``OUT/cache/<experiment>/<job>.json`` (written atomically),
+Each finished job is cached as ``CACHE/<experiment>/<job>.json`` (written atomically;
+``--cache``, default ``OUT/cache``),
 so a rerun skips finished jobs and an interrupted sweep resumes. A cached job is reused
 only if its stored spec (env, agent, episodes, seed) equals the requested one. Jobs run
 on a :mod:`zoo.jobs.backends` backend: this machine's processes (``--backend local``) or one
@@ -37,8 +38,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from zoo.jobs.results import write_json_atomic
-from zoo.jobs.sweep import code_version, load_cached, run_sweep
+from tpo_agents.atomic import write_json_atomic
+from zoo.jobs.sweep import cache_root, code_version, load_cached, run_sweep
 from zoo.paper.token.experiments import TOKEN_EXPERIMENTS, Setting, base_experiment
 from zoo.paper.token.grid import build_jobs, init_of, substrate_of, variant_suffix
 from zoo.paper.token.jobs import FINAL_WINDOW, TAKEOFF_ERROR, Job, run_job, summarize_jobs
@@ -48,7 +49,7 @@ from zoo.paper.token.tables import markdown
 
 def run_jobs(
     jobs: Sequence[Job],
-    out: Path,
+    cache: Path,
     workers: int = 1,
     progress: bool = True,
     desc: str = "",
@@ -56,7 +57,7 @@ def run_jobs(
     ray_address: str | None = None,
     info: dict | None = None,
 ) -> dict:
-    """Run (or load from the cache) every job; ``{job.name: record}``.
+    """Run (or load from the cache root ``cache``) every job; ``{job.name: record}``.
 
     ``backend="local"``: ``workers > 1`` is a process pool (spawn), ``workers == 1`` runs
     in this process; ``backend="ray"``: one Ray task per job (see :mod:`zoo.jobs.backends`).
@@ -68,7 +69,7 @@ def run_jobs(
     return run_sweep(
         jobs,
         run_job,
-        Path(out),
+        Path(cache),
         backend=backend,
         workers=workers,
         ray_address=ray_address,
@@ -80,13 +81,13 @@ def run_jobs(
 
 
 def _cached_subset(
-    jobs: Sequence[Job], methods: Sequence[str], settings: Sequence[Setting], out: Path
+    jobs: Sequence[Job], methods: Sequence[str], settings: Sequence[Setting], cache: Path
 ) -> tuple[list[Job], list[str], list[Setting]]:
-    """The jobs already in ``out``'s cache, and the methods and settings they cover (a
+    """The jobs already in the cache root ``cache``, and the methods and settings they cover (a
     report on a sweep that is still running; each summary says its number of seeds)."""
-    cached = [j for j in jobs if load_cached(j, out) is not None]
+    cached = [j for j in jobs if load_cached(j, cache) is not None]
     if not cached:
-        raise SystemExit(f"--cached-only: none of the {len(jobs)} jobs is cached under {out / 'cache'}")
+        raise SystemExit(f"--cached-only: none of the {len(jobs)} jobs is cached under {cache}")
     have = {(j.method, j.setting) for j in cached}
     methods = [m for m in methods if any(m == hm for hm, _ in have)]
     settings = [s for s in settings if any(s.label == hs for _, hs in have)]
@@ -109,9 +110,9 @@ def run_experiment(name: str, args: argparse.Namespace) -> dict:
     exp = TOKEN_EXPERIMENTS[name]
     match = getattr(args, "match", None) or "prompts"
     methods, settings, jobs = build_jobs(exp, args)
-    out = Path(args.out)
+    cache = cache_root(args)
     if getattr(args, "cached_only", False):
-        jobs, methods, settings = _cached_subset(jobs, methods, settings, out)
+        jobs, methods, settings = _cached_subset(jobs, methods, settings, cache)
     workers = int(getattr(args, "workers", None) or 1)
     out_name = name if match == "prompts" else f"{name}-interactions"
     out_name += variant_suffix(args)
@@ -119,7 +120,7 @@ def run_experiment(name: str, args: argparse.Namespace) -> dict:
     backend: dict = {}
     records = run_jobs(
         jobs,
-        out,
+        cache,
         workers=workers,
         progress=not getattr(args, "quiet", False),
         desc=out_name,
@@ -139,7 +140,7 @@ def run_experiment(name: str, args: argparse.Namespace) -> dict:
         "final_window": min(FINAL_WINDOW, args.steps),
         "takeoff_error": TAKEOFF_ERROR,
         **backend,
-        "cache": str(out / "cache" / name),
+        "cache": str(cache / name),
         "code_version": code_version(),
         "stale_cached_jobs": sorted(
             j.name for j in jobs if records[j.name].get("code_version") != code_version()
