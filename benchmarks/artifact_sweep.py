@@ -6,20 +6,24 @@ training loop and vmaps it over the seeds. This module runs that function from a
 checkout (``--artifact-src``: the folder holding its ``tpo`` package, e.g. the checkout's
 ``src``; nothing of it is shipped here) for sequence-level TPO, terminal reward, reverse
 copy, H = 8, V = 2, B = 100, K = 8, 20 seeds, and reports milliseconds per
-seed-iteration, the unit of ``benchmarks/speed.py``'s sweep throughput.
+seed-iteration, the unit of ``benchmarks.speed``'s sweep throughput.
 
 ``run_trial`` compiles anew on every call (the episode count is a static loop length), so
 it is called twice, with ``a`` and ``b`` episodes, and the time per iteration is the
 difference of the two wall times over ``b - a``: compilation and set-up cancel.
 
 It runs in a child process so that JAX's thread pools and memory never share a process
-with the torch measurements: ``python benchmarks/artifact_sweep.py --artifact-src DIR``
-prints one JSON object; :func:`measure` does that and parses it.
+with the torch measurements: ``python -m benchmarks.artifact_sweep --artifact-src DIR``
+prints one JSON object; :func:`measure` does that and parses it. The artifact's ``tpo``
+package is imported from DIR by its path (nothing is added to ``sys.path``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.machinery
+import importlib.util
 import json
 import subprocess
 import sys
@@ -57,15 +61,27 @@ def per_iteration(seconds_a: float, seconds_b: float, episodes_a: int, episodes_
     return {"s_per_sweep_iteration": s, "ms_per_seed_iteration": 1e3 * s / num_seeds}
 
 
-def _time_in_this_process(artifact_src: Path, episodes: tuple[int, int]) -> dict:
-    sys.path.insert(0, str(artifact_src))
+def import_run_trial(artifact_src: Path):
+    """The artifact's ``tpo.experiments._trial.run_trial``, its ``tpo`` package imported from
+    the folder ``artifact_src`` (registered as ``tpo`` in ``sys.modules``, so that its own
+    ``tpo.*`` imports resolve inside it); SystemExit naming the folder when it has none."""
     try:
-        from tpo.experiments._trial import run_trial
+        spec = importlib.machinery.PathFinder.find_spec("tpo", [str(artifact_src)])
+        if spec is None or spec.loader is None or spec.submodule_search_locations is None:
+            raise ImportError(f"no package 'tpo' in {artifact_src}")
+        package = importlib.util.module_from_spec(spec)
+        sys.modules["tpo"] = package
+        spec.loader.exec_module(package)
+        return importlib.import_module("tpo.experiments._trial").run_trial
     except ImportError as exc:
         raise SystemExit(
             f"--artifact-src {artifact_src}: no importable tpo.experiments._trial there ({exc}); "
             "expected the 'src' folder of a checkout of github.com/JeanKaddour/tpo"
         ) from None
+
+
+def _time_in_this_process(artifact_src: Path, episodes: tuple[int, int]) -> dict:
+    run_trial = import_run_trial(artifact_src)
     import jax
 
     seconds = []
@@ -87,7 +103,7 @@ def _time_in_this_process(artifact_src: Path, episodes: tuple[int, int]) -> dict
 def measure(artifact_src: Path, episodes: tuple[int, int] = (2, 6), timeout: float = 3600.0) -> dict:
     """Run the artifact's sweep in a child process; its JSON result."""
     cmd = [
-        sys.executable, str(Path(__file__).resolve()), "--artifact-src", str(artifact_src),
+        sys.executable, "-m", "benchmarks.artifact_sweep", "--artifact-src", str(artifact_src),
         "--episodes", str(episodes[0]), str(episodes[1]),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -97,7 +113,7 @@ def measure(artifact_src: Path, episodes: tuple[int, int] = (2, 6), timeout: flo
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.artifact_sweep", description=__doc__.split("\n")[0])
     parser.add_argument("--artifact-src", type=Path, required=True, help="folder holding the artifact's tpo package")
     parser.add_argument("--episodes", type=int, nargs=2, default=(2, 6), metavar=("A", "B"),
                         help="episode counts of the two timed calls (B > A)")

@@ -1,4 +1,4 @@
-"""A jit-compiled JAX baseline for ``benchmarks/speed.py``: one sequence-level TPO iteration
+"""A jit-compiled JAX baseline for ``benchmarks.speed``: one sequence-level TPO iteration
 on terminal-reward Token Reversal at the paper's sizes.
 
 This is our own JAX equivalent of the paper's jit-compiled artifact, not the artifact
@@ -20,7 +20,7 @@ its own process, since XLA sizes its thread pool when its CPU client starts: ``N
 used at least a quarter of the busiest thread's CPU time while timing, to check the setting
 took effect.
 
-Usage: ``python benchmarks/jax_baseline.py --threads 1 2 --iterations 10
+Usage: ``python -m benchmarks.jax_baseline --threads 1 2 --iterations 10
 --out results/jax_baseline.json``; from Python, :func:`measure`. JAX is imported only
 inside functions, so importing this module does not need it.
 """
@@ -566,7 +566,7 @@ def measure(threads: int, iterations: int, timeout: float | None = None) -> dict
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.jax_baseline", description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path("results/jax_baseline.json"))

@@ -30,9 +30,9 @@ How it is measured
 
 Usage (from the repository root)::
 
-    python benchmarks/llm.py                                   # defaults below, all rows
-    python benchmarks/llm.py --impls trl_grpo trl_tpo --reward-steps 20 --seeds 0
-    python benchmarks/llm.py --skip-reward --timing-steps 3
+    python -m benchmarks.llm                                   # defaults below, all rows
+    python -m benchmarks.llm --impls trl_grpo trl_tpo --reward-steps 20 --seeds 0
+    python -m benchmarks.llm --skip-reward --timing-steps 3
 
 It writes ``--out`` (JSON with the config, per-step times and per-seed rewards) and a
 markdown table next to it (same name, ``.md``).
@@ -219,7 +219,7 @@ def run_ours(algo: str, setup: Setup, model_path: str, steps: int, seed: int, wo
             if self._start is not None:
                 self.seconds.append(time.perf_counter() - self._start)
                 self.rewards.append(self.model.last_train_stats["mean_score"])
-                batch = getattr(self.model, "_batch", None)  # the iteration's LMGroupBatch
+                batch = self.model.last_batch  # the iteration's LMGroupBatch
                 if batch is not None and hasattr(batch, "completion_lengths"):
                     self.lengths.append(float(batch.completion_lengths().float().mean()))
 
@@ -335,7 +335,7 @@ def markdown(result: dict) -> str:
         f"# LLM benchmark (tiny offline Llama, TinyArithmetic-v0: {s['task_size'] or 'all'} problems, "
         f"operations {s['operations']!r})",
         "",
-        "`" + " ".join(["python benchmarks/llm.py", *cfg["argv"]]) + "`",
+        "`" + " ".join(["python -m benchmarks.llm", *cfg["argv"]]) + "`",
         "",
         f"One step: {s['prompts']} prompts x K = {s['k']} completions of at most "
         f"{s['max_new_tokens']} tokens, one update (lr {s['learning_rate']}, constant, grad-norm clip "
@@ -368,7 +368,7 @@ def markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.llm", description=__doc__.split("\n")[0])
     parser.add_argument("--impls", nargs="+", default=None, choices=IMPLS,
                         help="implementations to run (default: every available one)")
     parser.add_argument("--task-size", type=positive_int, default=Setup.task_size,
@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--skip-timing", action="store_true")
     parser.add_argument("--skip-reward", action="store_true")
     parser.add_argument("--workdir", type=Path, default=None, help="model folders (default: a temp dir)")
-    parser.add_argument("--out", type=Path, default=Path("docs/results/llm-benchmark.json"))
+    parser.add_argument("--out", type=Path, default=Path("results/llm-benchmark.json"))
     args = parser.parse_args(argv)
     if args.k < 2:
         parser.error(f"--k must be >= 2 (a group needs two completions); got {args.k}")

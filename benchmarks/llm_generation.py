@@ -45,8 +45,8 @@ How it is measured
 
 Usage (from the repository root)::
 
-    python benchmarks/llm_generation.py                     # defaults below
-    python benchmarks/llm_generation.py --threads 1 --rounds 5 --prompt-lengths 20 300 1000
+    python -m benchmarks.llm_generation                     # defaults below
+    python -m benchmarks.llm_generation --threads 1 --rounds 5 --prompt-lengths 20 300 1000
 
 It writes ``--out`` (JSON: config, per-call seconds and tokens) and a markdown table next to
 it (same name, ``.md``).
@@ -254,7 +254,7 @@ def markdown(result: dict) -> str:
     lines = [
         "# LLM generation benchmark: K completions per prompt (tiny offline Llama)",
         "",
-        "`" + " ".join(["python benchmarks/llm_generation.py", shlex.join(cfg["argv"])]).strip() + "`",
+        "`" + " ".join(["python -m benchmarks.llm_generation", shlex.join(cfg["argv"])]).strip() + "`",
         "",
         f"One call: B = {s['prompts']} prompts x K = {s['k']} sampled completions of at most "
         f"{s['max_new_tokens']} tokens (temperature {s['temperature']}, top-p {s['top_p']}, top-k "
@@ -297,7 +297,7 @@ def positive_int(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.llm_generation", description=__doc__.split("\n")[0])
     parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
     parser.add_argument("--prompts", type=positive_int, default=Setup.prompts, help="prompts per call (B)")
     parser.add_argument("--k", type=positive_int, default=Setup.k, help="completions per prompt (K)")
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=positive_int, default=10, help="timed calls per implementation")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--note", default=None, help="a line added under the table (machine state, ...)")
-    parser.add_argument("--out", type=Path, default=Path("docs/results/llm-generation.json"))
+    parser.add_argument("--out", type=Path, default=Path("results/llm-generation.json"))
     args = parser.parse_args(argv)
     if args.warmup < 0:
         parser.error(f"--warmup must be >= 0; got {args.warmup}")

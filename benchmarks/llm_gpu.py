@@ -9,8 +9,8 @@ our ``TargetPOTrainer`` with ``bf16=True`` and, when ``vllm`` imports, ``use_vll
 
 Usage::
 
-    python benchmarks/llm_gpu.py                       # on a machine with CUDA
-    python benchmarks/llm_gpu.py --device cpu --steps 2 --n-eval 8   # dry run
+    python -m benchmarks.llm_gpu                       # on a machine with CUDA
+    python -m benchmarks.llm_gpu --device cpu --steps 2 --n-eval 8   # dry run
 
 Writes ``--out`` (JSON) and a markdown table next to it.
 """
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from zoo.paper.llm.study import LABELS, run_one, summarize
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.llm_gpu", description=__doc__.split("\n")[0])
     parser.add_argument("--task", default="arithmetic")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--n-eval", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-vllm", action="store_true", help="TRL generates with transformers")
-    parser.add_argument("--out", type=Path, default=Path("docs/results/llm-gpu.json"))
+    parser.add_argument("--out", type=Path, default=Path("results/llm-gpu.json"))
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("no CUDA device is available to this torch "

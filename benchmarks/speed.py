@@ -31,7 +31,7 @@ Baselines, named in the output:
   runner itself timed in the same run (:mod:`benchmarks.artifact_sweep`):
   ``artifact_sweep_measured`` and ``speedup_vs_artifact_sweep_measured``.
 
-Usage: ``python benchmarks/speed.py [--threads 1 2] [--iterations 5] [--substrate paper ours]
+Usage: ``python -m benchmarks.speed [--threads 1 2] [--iterations 5] [--substrate paper ours]
 [--sweep-workers 2] [--artifact-src DIR] [--malloc keep|default] [--no-jax-baseline] [--out results/speed.json]`` (``keep``, the default, keeps freed activation memory in the
 heap: see :mod:`zoo.jobs.runtime`).
 """
@@ -41,12 +41,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 import time
 from pathlib import Path
-
-if __package__ in (None, ""):  # run as a script: make the ``benchmarks`` package importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gymnasium as gym
 import numpy as np
@@ -170,15 +166,14 @@ def cached_sampling_only_ms(model, repeats: int = 3) -> float:
 def identical_candidates_update_ms(model, repeats: int = 3) -> float:
     """The update on the last batch with every group's K completions set to its first one,
     as once a policy is solved: identical completions go through the network once."""
-    batch = model._batch
+    batch = model.last_batch
     K = batch.group_size
     same = batch.completions.view(batch.n_groups, K, -1)[:, :1].expand(-1, K, -1).reshape_as(batch.completions)
     solved = dataclasses.replace(batch, completions=same)
     times = []
     for _ in range(repeats):
-        model._batch = solved
         t = time.perf_counter()
-        model.train()
+        model.train(solved)
         times.append(time.perf_counter() - t)
     return 1e3 * float(np.median(times))
 
@@ -257,7 +252,7 @@ def measure(name: str, iterations: int, threads: int, jax: bool = True, substrat
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.speed", description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--methods", nargs="+", default=list(SETUPS), choices=list(SETUPS))

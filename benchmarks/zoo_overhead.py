@@ -23,9 +23,9 @@ How it is measured
 
 Run it from the repository root::
 
-    python benchmarks/zoo_overhead.py                               # bag, H = 10, 5 iterations
-    python benchmarks/zoo_overhead.py --env TokenReversal-terminal-v0 --length 8 --iterations 3
-    python benchmarks/zoo_overhead.py --out results/zoo_overhead.json
+    python -m benchmarks.zoo_overhead                               # bag, H = 10, 5 iterations
+    python -m benchmarks.zoo_overhead --env TokenReversal-terminal-v0 --length 8 --iterations 3
+    python -m benchmarks.zoo_overhead --out results/zoo_overhead.json
 
 It prints the JSON and writes it to ``--out`` (default ``results/zoo_overhead.json``).
 """
@@ -88,7 +88,7 @@ def run_zoo(env_id: str, env_kwargs: dict, seed: int, budget: int, threads: int,
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.zoo_overhead", description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="TokenReversal-bag-v0")
     parser.add_argument("--length", type=positive_int, default=10, help="Token Reversal H (ignored elsewhere)")
     parser.add_argument("--iterations", type=positive_int, default=5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import glob
 
 import gymnasium as gym
@@ -17,7 +18,7 @@ from stable_baselines3.common.logger import configure
 
 import tpo_gym  # noqa: F401  (registers the ids)
 from tpo_agents import DG, GRPO, PG, TPO, GroupPG, MlpPolicy
-from tpo_agents.rollout import GymnasiumVecEnv
+from tpo_agents.rollout import GroupBatch, GymnasiumVecEnv
 
 
 @pytest.fixture(autouse=True)
@@ -176,6 +177,67 @@ def test_policy_aliases_and_class():
 def test_discrete_observations_are_one_hot():
     model = TPO("MlpPolicy", gym.make("MultiContextBandit-v0", n_contexts=6))
     assert model.policy.features_extractor.features_dim == 6
+
+
+def _bandit_tpo(**kwargs) -> TPO:
+    return TPO("MlpPolicy", gym.make("MultiContextBandit-v0", n_contexts=5), seed=0, batch_size=20, **kwargs)
+
+
+def _parameters(model) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.policy.parameters()]
+
+
+def test_last_batch_and_n_updates_are_read_only_and_follow_learning(tmp_path):
+    model = _bandit_tpo(n_epochs=2)
+    assert model.last_batch is None and model.n_updates == 0
+    model.learn(20)  # one iteration: one batch of 20 groups, two epochs
+    first = model.last_batch
+    assert isinstance(first, GroupBatch) and first.n_groups == 20
+    assert model.n_updates == 2
+    model.learn(20, reset_num_timesteps=False)
+    assert model.last_batch is not first and model.last_batch.n_groups == 20
+    assert model.n_updates == 4
+    with pytest.raises(AttributeError):
+        model.last_batch = first
+    with pytest.raises(AttributeError):
+        model.n_updates = 0
+    model.save(tmp_path / "agent")
+    loaded = TPO.load(tmp_path / "agent")
+    assert loaded.n_updates == 4 and loaded.last_batch is None  # the batch is not saved
+
+
+def test_train_runs_on_the_batch_it_is_given():
+    def collected() -> TPO:
+        model = _bandit_tpo(n_epochs=2)
+        model.learn(20)
+        return model
+
+    plain, given, flat = collected(), collected(), collected()
+    for a, b in zip(_parameters(plain), _parameters(given)):
+        assert torch.equal(a, b)
+    # The collected batch passed explicitly: exactly what train() does with no argument.
+    plain.train()
+    given.train(given.last_batch)
+    for a, b in zip(_parameters(plain), _parameters(given)):
+        assert torch.equal(a, b)
+    assert plain.n_updates == given.n_updates == 4
+    # A batch with every group's scores equal teaches nothing: TPO takes no step on it,
+    # although the collected batch would move the weights.
+    batch = flat.last_batch
+    before = _parameters(flat)
+    flat.train(dataclasses.replace(batch, scores=torch.zeros_like(batch.scores)))
+    assert flat.last_batch is batch  # a given batch does not replace the collected one
+    assert flat.n_updates == 2 and flat.last_train_stats["skipped_epochs"] == 2
+    for a, b in zip(before, _parameters(flat)):
+        assert torch.equal(a, b)
+    flat.train()
+    assert flat.n_updates == 4
+    assert any(not torch.equal(a, b) for a, b in zip(before, _parameters(flat)))
+
+
+def test_train_without_a_batch_says_so():
+    with pytest.raises(RuntimeError, match="collect_rollouts"):
+        _bandit_tpo().train()
 
 
 # -------------------------------------------------------- callbacks and logging

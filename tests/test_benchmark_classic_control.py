@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import pytest
+from benchmarks import classic_control
+from benchmarks.harness import run_all
 
-ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("tpo", "grpo", "ppo")
 
 
-@pytest.fixture()
-def classic_control(monkeypatch):
-    # Worker processes are spawned: they need the repository root on sys.path too.
-    monkeypatch.syspath_prepend(str(ROOT))
-    from benchmarks import classic_control
-
-    return classic_control
-
-
-def test_tiny_cartpole_run_writes_json_png_and_table(classic_control, tmp_path):
+def test_tiny_cartpole_run_writes_json_png_and_table(tmp_path):
     out = tmp_path / "out"
     argv = [
         "--envs",
@@ -91,15 +81,7 @@ def test_tiny_cartpole_run_writes_json_png_and_table(classic_control, tmp_path):
         assert any(f"| {label}" in row for row in rows), label
 
 
-def test_eval_grid_and_threshold(classic_control):
-    assert classic_control.eval_grid(10_000, 5000) == [0, 5000, 10_000]
-    assert classic_control.eval_grid(12_000, 5000) == [0, 5000, 10_000, 12_000]
-    steps = [0, 10, 20, 30]
-    assert classic_control.first_step_at_least([-500, -150, -90, -80], steps, -100) == 20
-    assert classic_control.first_step_at_least([9, 100, 200, 300], steps, 475) is None
-
-
-def test_worker_processes_reproduce_the_in_process_run(classic_control):
+def test_worker_processes_reproduce_the_in_process_run():
     """Seeds run in spawned worker processes give the same curves as in this process."""
     args = classic_control.build_parser().parse_args(
         [
@@ -108,7 +90,7 @@ def test_worker_processes_reproduce_the_in_process_run(classic_control):
             "--methods",
             "tpo",
             "--seeds",
-            "1",
+            "2",
             "--timesteps",
             "1000",
             "--eval-every",
@@ -117,10 +99,11 @@ def test_worker_processes_reproduce_the_in_process_run(classic_control):
             "2",
         ]
     )
-    jobs = classic_control._jobs(args)
-    inline = classic_control._run_jobs(jobs, workers=0, quiet=True)
-    pooled = classic_control._run_jobs(jobs, workers=1, quiet=True)
-    job_id = "CartPole-v1/tpo/seed0"
-    assert list(pooled) == [job_id]
-    assert pooled[job_id]["returns"] == inline[job_id]["returns"]
-    assert len(inline[job_id]["returns"]) == 3
+    runs = classic_control.plan_runs(args)
+    inline = run_all(runs, classic_control.run_one, None, workers=0, quiet=True)
+    pooled = run_all(runs, classic_control.run_one, None, workers=2, quiet=True)
+    names = ["CartPole-v1__tpo__seed0", "CartPole-v1__tpo__seed1"]
+    assert sorted(pooled) == sorted(inline) == names
+    for name in names:
+        assert pooled[name]["returns"] == inline[name]["returns"]
+        assert len(inline[name]["returns"]) == 3

@@ -7,7 +7,10 @@ import importlib.util
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,7 +18,9 @@ pytest.importorskip("yaml")
 if importlib.util.find_spec("rl_zoo3") is None:
     pytest.skip("the ppo_zoo baseline reads rl-zoo3's ppo.yml (pip install -e '.[zoo]')", allow_module_level=True)
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.gym_defaults import cli, config, report, runner  # noqa: E402
+from benchmarks.harness import Run  # noqa: E402
+
 METHODS = ("tpo", "grpo", "ppo_zoo")
 ENVS = ("CartPole-v1", "IdentityEnv-10")
 # 0.003 x the default budgets: CartPole 300 steps, IdentityEnv 30; evaluations at 0, N/2, N.
@@ -38,16 +43,12 @@ def tiny_argv(out: Path, *extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def gd():
-    # Spawned workers (if any) need the repository root on sys.path too.
+    """The package's modules, with LunarLander skipped whether or not Box2D is installed
+    here (its requirement is a module that does not exist)."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(ROOT))
-        from benchmarks import gym_defaults
-
-        # LunarLander is skipped whether or not Box2D is installed here: its requirement is
-        # a module that does not exist.
-        lunar = dataclasses.replace(gym_defaults.ENVS["LunarLander-v3"], requires="_no_such_module_")
-        mp.setitem(gym_defaults.ENVS, "LunarLander-v3", lunar)
-        yield gym_defaults
+        lunar = dataclasses.replace(config.ENVS["LunarLander-v3"], requires="_no_such_module_")
+        mp.setitem(config.ENVS, "LunarLander-v3", lunar)
+        yield SimpleNamespace(cli=cli, config=config, report=report, runner=runner, main=cli.main)
 
 
 @pytest.fixture(scope="module")
@@ -129,26 +130,32 @@ def test_tiny_run_writes_json_png_md_and_the_cache(gd, tiny):
     assert record["returns"] == data["envs"]["CartPole-v1"]["methods"]["ppo_zoo"]["returns"][0]
 
 
-def test_cached_runs_are_reused_without_training(gd, tiny, monkeypatch):
+def test_cached_runs_are_reused_without_training(gd, tiny, monkeypatch, tmp_path):
     out, first = tiny
 
     def no_training(*args, **kwargs):
         raise AssertionError("a cached run was trained again")
 
-    monkeypatch.setattr(gd, "run_job", no_training)
-    monkeypatch.setattr(gd, "run_one", no_training)
+    monkeypatch.setattr(gd.runner, "run_job", no_training)
+    monkeypatch.setattr(gd.runner, "run_one", no_training)
     for extra in (["--cached-only"], []):  # the report alone, and a rerun with everything cached
         again = gd.main(tiny_argv(out, *extra))
         assert again["envs"] == first["envs"] and again["summary"] == first["summary"]
         assert again["failures"] == [] and again["missing"] == []
         assert again["config"]["cached_only"] is bool(extra)
+    # Another output folder reads the same records through --cache (how the committed page is
+    # rebuilt: --out docs/results --cache data/cache --cached-only); nothing is cached there.
+    page = tmp_path / "page"
+    again = gd.main(tiny_argv(page, "--cache", str(out / "cache"), "--cached-only"))
+    assert again["envs"] == first["envs"] and again["missing"] == []
+    assert (page / "gym_defaults.md").is_file() and not (page / "cache").exists()
 
 
 def test_a_cached_run_with_another_config_is_refused(gd, tiny, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(tiny[0], out)
     # Another eval setting than the cache's: every cached file differs.
-    with pytest.raises(gd.CacheConfigError, match=r"differs in n_eval_episodes.*another --out"):
+    with pytest.raises(gd.runner.CacheConfigError, match=r"differs in n_eval_episodes.*another --cache"):
         gd.main(tiny_argv(out, "--n-eval-episodes", "3"))
     # A cache file edited to another budget is refused by name, also by --cached-only.
     path = out / "cache" / "gym_defaults" / "IdentityEnv-10__tpo__seed0.json"
@@ -156,7 +163,7 @@ def test_a_cached_run_with_another_config_is_refused(gd, tiny, tmp_path):
     record["spec"]["timesteps"] = 999
     path.write_text(json.dumps(record))
     for extra in ([], ["--cached-only"]):
-        with pytest.raises(gd.CacheConfigError, match=r"1 cache file.*IdentityEnv-10__tpo__seed0\.json \(differs in timesteps\)"):
+        with pytest.raises(gd.runner.CacheConfigError, match=r"1 cache file.*IdentityEnv-10__tpo__seed0\.json \(differs in timesteps\)"):
             gd.main(tiny_argv(out, *extra))
 
 
@@ -169,7 +176,7 @@ def test_a_failing_run_is_recorded_and_retried(gd, tmp_path, monkeypatch):
         raise RuntimeError("simulated failure")
 
     with monkeypatch.context() as mp:
-        mp.setattr(gd, "run_one", broken)
+        mp.setattr(gd.runner, "run_one", broken)
         result = gd.main(argv)
     (failure,) = result["failures"]
     assert failure["id"] == "IdentityEnv-10__tpo__seed0" and failure["error"] == "RuntimeError: simulated failure"
@@ -188,9 +195,9 @@ def test_ppo_zoo_eval_env_uses_the_training_normalization(gd):
     import numpy as np
     from stable_baselines3.common.vec_env import VecNormalize
 
-    hyper = gd.method_hyperparameters("Acrobot-v1", "ppo_zoo")  # rl-zoo3: normalize, 16 envs
+    hyper = gd.config.method_hyperparameters("Acrobot-v1", "ppo_zoo")  # rl-zoo3: normalize, 16 envs
     assert hyper["normalize"] is True and hyper["n_envs"] == 16 and hyper["normalize_kwargs"] == {"gamma": 0.99}
-    model, eval_env = gd.build_agent(gd.Run("Acrobot-v1", "ppo_zoo", 0, 100, 50, 1, hyper))
+    model, eval_env = gd.runner.build_agent(Run("gym_defaults", "Acrobot-v1", "ppo_zoo", 0, 100, 50, 1, hyper))
     train = model.get_env()
     try:
         assert isinstance(train, VecNormalize) and train.training and train.norm_reward
@@ -212,11 +219,11 @@ def test_ppo_zoo_eval_env_uses_the_training_normalization(gd):
 
 def test_budget_remark_says_when_ppo_zoo_is_cut_short(gd):
     lunar = {"dropped": {"n_timesteps": 1e6, "policy": "MlpPolicy"}}
-    assert gd.budget_remark(300_000, lunar) == (
+    assert gd.report.budget_remark(300_000, lunar) == (
         "; the budget here, 300,000 env steps, is 0.3 x the n_timesteps rl-zoo3 tuned this entry for (1,000,000)"
     )
-    assert gd.budget_remark(1_000_000, lunar) == "" and gd.budget_remark(2_000_000, lunar) == ""
-    assert gd.budget_remark(10, {"dropped": {}}) == "" and gd.budget_remark(10, {}) == ""
+    assert gd.report.budget_remark(1_000_000, lunar) == "" and gd.report.budget_remark(2_000_000, lunar) == ""
+    assert gd.report.budget_remark(10, {"dropped": {}}) == "" and gd.report.budget_remark(10, {}) == ""
 
 
 def test_convert_zoo_entry(gd):
@@ -234,7 +241,7 @@ def test_convert_zoo_entry(gd):
         "gamma": 0.98,
         "policy_kwargs": "dict(log_std_init=-2, ortho_init=False, activation_fn=nn.ReLU, net_arch=dict(pi=[64], vf=[64]))",
     }
-    zoo = gd.convert_zoo_entry(entry)
+    zoo = gd.config.convert_zoo_entry(entry)
     lr = zoo["ppo_kwargs"]["learning_rate"]
     assert callable(lr) and lr(1.0) == pytest.approx(0.001) and lr(0.5) == pytest.approx(0.0005)
     assert zoo["ppo_kwargs"]["clip_range"] == 0.2 and zoo["ppo_kwargs"]["gamma"] == 0.98
@@ -245,10 +252,10 @@ def test_convert_zoo_entry(gd):
     assert zoo["normalize"] is True and zoo["normalize_kwargs"] == {"gamma": 0.98}  # as rl-zoo3 does
     assert zoo["dropped"] == {"n_timesteps": 1e5, "policy": "MlpPolicy", "frame_stack": 4, "not_a_ppo_argument": 1}
     assert set(zoo["ppo_kwargs"]).isdisjoint({"n_envs", "normalize", *zoo["dropped"]})
-    plain = gd.convert_zoo_entry({})
+    plain = gd.config.convert_zoo_entry({})
     assert plain == {"ppo_kwargs": {}, "n_envs": 1, "normalize": False, "normalize_kwargs": {}, "dropped": {}}
     with pytest.raises(ValueError, match="only 'lin_<value>'"):
-        gd.convert_zoo_entry({"learning_rate": "exp_0.1"})
+        gd.config.convert_zoo_entry({"learning_rate": "exp_0.1"})
 
 
 @pytest.mark.parametrize(
@@ -264,6 +271,17 @@ def test_convert_zoo_entry(gd):
 )
 def test_bad_arguments_are_parser_errors(gd, capsys, argv, message):
     with pytest.raises(SystemExit) as exc:
-        gd.build_parser().parse_args(argv)
+        gd.cli.build_parser().parse_args(argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_runs_as_a_module_from_any_folder(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gym_defaults", "--help"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert "python -m benchmarks.gym_defaults" in text and "--cache DIR" in text
+    assert "(default: results)" in text and "(default: OUT/cache;" in text

@@ -228,7 +228,7 @@ def test_shared_prompt_forward_has_the_same_gradient_as_repeated_prompts():
 
 
 def test_attention_matches_torch_sdpa_with_and_without_a_cache():
-    from tpo_agents.policies.transformer import attend
+    from tpo_agents.policies.decoder import attend
 
     q, k, v = torch.randn(3, 4, 2, 6, 8, dtype=torch.float64).unbind(0)
     causal = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -241,7 +241,7 @@ def test_attention_matches_torch_sdpa_with_and_without_a_cache():
 
 @pytest.mark.parametrize("cached", [0, 4])
 def test_attention_gradients_match_torch_sdpa(cached):
-    from tpo_agents.policies.transformer import attend
+    from tpo_agents.policies.decoder import attend
 
     q, k, v = (t.requires_grad_() for t in torch.randn(3, 4, 2, 6, 8, dtype=torch.float64).unbind(0))
     allowed = torch.ones(6 - cached, 6, dtype=torch.bool).tril(cached)

@@ -43,6 +43,7 @@ from tpo_agents.rollout import (
     LOGP_REDUCTIONS,
     EnvFacts,
     GroupBatch,
+    Groups,
     OnStep,
     RolloutContext,
     build_training_env,
@@ -134,6 +135,15 @@ class GroupedAlgorithm(BaseAlgorithm):
         if max_grad_norm is not None:
             max_grad_norm = real_number("max_grad_norm (or None)", max_grad_norm, above=0.0)
         self._saved_by = type(self).__name__  # load() refuses files of another algorithm
+        # Set when the env is built (_build_env, also after a load) or on first use; SB3's
+        # load() calls __init__ then restores the saved attributes over these.
+        self._group_mode: str | None = None
+        self._mode_reason: str | None = None
+        self._branch_scorer = None
+        self._branch_scorer_env: VecEnv | None = None
+        self.critic = None
+        """The learned critic of ``critic`` groups (:class:`~tpo_agents.rollout.critic.QCritic`),
+        built on the first rollout in that mode; None otherwise."""
         self.critic_kwargs = dict(critic_kwargs or {})
         self.branch_kwargs = dict(branch_kwargs or {})
         unknown = set(self.branch_kwargs) - {"horizon", "gamma"}
@@ -169,7 +179,7 @@ class GroupedAlgorithm(BaseAlgorithm):
             seed=seed,
             supported_action_spaces=(spaces.Text,) if self._language_model else (spaces.Discrete, spaces.Box),
         )
-        self._batch: GroupBatch | None = None
+        self._batch: Groups | None = None
         self.last_train_stats: dict[str, float] = {}
         """Metrics of the latest ``train()`` call (loss, grad_norm, ...), also logged."""
         if _init_setup_model:
@@ -189,7 +199,7 @@ class GroupedAlgorithm(BaseAlgorithm):
             n_candidates=self.n_candidates,
             seed=seed,
         )
-        if self._group_mode == "critic" and not getattr(self, "_n_epochs_given", True):
+        if self._group_mode == "critic" and not self._n_epochs_given:
             # Critic scores move between iterations; one step per batch keeps the policy
             # from chasing the critic's noise (4 epochs oscillated on CartPole).
             self.n_epochs = 1
@@ -279,8 +289,8 @@ class GroupedAlgorithm(BaseAlgorithm):
 
         check_device(device)
         model = super().load(path, env=None, device=device, **load_kwargs(path, kwargs))
-        saved_by = model.__dict__.get("_saved_by")
-        if saved_by is not None and saved_by != cls.__name__:
+        saved_by = model._saved_by  # a file saved before it was recorded keeps cls's (from __init__)
+        if saved_by != cls.__name__:
             raise ValueError(
                 f"{path!s} holds a {saved_by} agent, not a {cls.__name__}: load it with "
                 f"{saved_by}.load(...)"
@@ -345,13 +355,30 @@ class GroupedAlgorithm(BaseAlgorithm):
 
     def _announce_group_mode(self) -> None:
         """Say which group mode (scorer) the agent collects with and why (``verbose >= 1``)."""
-        if self.verbose >= 1 and getattr(self, "_mode_reason", None):
+        if self.verbose >= 1 and self._mode_reason:
             print(f"{type(self).__name__}: {self._mode_reason}")
 
     def resolve_group_mode(self) -> str:
         """The group mode this agent collects with on its env (``group_mode``, or the
         subclass default for the env when it is ``"auto"``), chosen when the env was set."""
         return self._group_mode
+
+    @property
+    def last_batch(self) -> Groups | None:
+        """The batch of groups the last :meth:`collect_rollouts` collected (None before the
+        first one; not saved with the agent): a :class:`~tpo_agents.rollout.GroupBatch`, or
+        for sequence policies a :class:`~tpo_agents.rollout.TokenGroupBatch`,
+        :class:`~tpo_agents.rollout.SequenceGroupBatch` or
+        :class:`~tpo_agents.rollout.LMGroupBatch`. It holds the scores, the mask and the
+        frozen rollout-time log-probs ``old_logp`` (all ``[G, K]``). Read-only: to update on
+        another batch, pass it to :meth:`train`."""
+        return self._batch
+
+    @property
+    def n_updates(self) -> int:
+        """Gradient updates (optimizer steps) taken so far, over every :meth:`train` call
+        (saved with the agent; epochs that take no step are not counted)."""
+        return self._n_updates
 
     # ---------------------------------------------------------------- rollout
     def _check_finite_rewards(self, rewards: np.ndarray, where: str = "env.step") -> None:
@@ -369,13 +396,13 @@ class GroupedAlgorithm(BaseAlgorithm):
         if self._group_mode == "branch":
             from tpo_agents.rollout.branching import BranchScorer
 
-            if getattr(self, "_branch_scorer", None) is None or self._branch_scorer_env is not self.env:
+            if self._branch_scorer is None or self._branch_scorer_env is not self.env:
                 self._branch_scorer = BranchScorer(self.env, **self.branch_kwargs)
                 self._branch_scorer_env = self.env
             return self._branch_scorer
         if self._group_mode != "critic":
             return None
-        if getattr(self, "critic", None) is None:
+        if self.critic is None:
             from tpo_agents.rollout.critic import QCritic
 
             if not isinstance(self.action_space, spaces.Discrete):
@@ -399,7 +426,7 @@ class GroupedAlgorithm(BaseAlgorithm):
         return on_step
 
     def collect_rollouts(self, callback: BaseCallback) -> bool:
-        """Collect one batch of groups into ``self._batch``; False if a callback stopped it."""
+        """Collect one batch of groups (then :attr:`last_batch`); False if a callback stopped it."""
         collector = collector_for(self.policy, self._group_mode)
         ctx = RolloutContext(
             env=self.env,
@@ -460,12 +487,18 @@ class GroupedAlgorithm(BaseAlgorithm):
         """Extra per-batch metrics for the logger."""
         return {}
 
-    def train(self) -> None:
-        """``n_epochs`` gradient steps on the current batch."""
-        assert self._batch is not None, "train() needs a batch: call collect_rollouts first"
+    def train(self, batch: Groups | None = None) -> None:
+        """``n_epochs`` gradient steps on a batch: ``batch`` when given (e.g. a modified copy
+        of :attr:`last_batch`, to time or study one update), else the batch the last
+        :meth:`collect_rollouts` collected (SB3's ``train()``, as ``learn`` calls it). A given
+        batch does not replace :attr:`last_batch`."""
+        if batch is None:
+            if self._batch is None:
+                raise RuntimeError("train() needs a batch: call collect_rollouts first, or pass one")
+            batch = self._batch
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
-        batch = self._batch.to(self.device)
+        batch = batch.to(self.device)
         with torch.no_grad():
             frozen = self.prepare(batch)
         losses, grad_norms = [], []

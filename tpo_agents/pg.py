@@ -12,6 +12,7 @@ episode return minus a baseline, applied to the log-prob of the whole rollout.
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, ClassVar
 
@@ -23,6 +24,13 @@ from tpo_agents.rollout import GroupBatch, SequenceGroupBatch
 
 BASELINES = ("batch_mean", "pi_squared", "none")
 TOKEN_CREDITS = ("auto", "reward", "reward_to_go")
+
+# The base's own defaults (one place for each): what interaction_matched scales when not given.
+_BASE_DEFAULTS = {
+    name: param.default
+    for name, param in inspect.signature(GroupedAlgorithm.__init__).parameters.items()
+    if param.default is not inspect.Parameter.empty
+}
 
 
 def _per_token(batch) -> bool:
@@ -66,9 +74,10 @@ class PG(GroupedAlgorithm):
         self.baseline = baseline
         self.interaction_matched = bool(interaction_matched)
         if self.interaction_matched:
-            k = kwargs.get("n_candidates", 8)
-            kwargs["batch_size"] = kwargs.get("batch_size", 100) * k
-            kwargs["learning_rate"] = _scaled(kwargs.get("learning_rate", 1e-3), math.sqrt(k))
+            k = kwargs.get("n_candidates", _BASE_DEFAULTS["n_candidates"])
+            kwargs["batch_size"] = kwargs.get("batch_size", _BASE_DEFAULTS["batch_size"]) * k
+            learning_rate = kwargs.get("learning_rate", _BASE_DEFAULTS["learning_rate"])
+            kwargs["learning_rate"] = _scaled(learning_rate, math.sqrt(k))
         kwargs.setdefault("group_mode", "single")
         super().__init__(policy, env, *args, **kwargs)
 

@@ -36,18 +36,22 @@ class MNISTResetNeeded(gym.error.ResetNeeded, ValueError):
     """
 
 
-def _load_split(env: Any, dataset: str, split: str, data_dir: Any) -> spaces.Box:
-    """Load the split onto ``env`` (``dataset``, ``split``, ``data_dir``, ``num_images``,
-    ``image_dim`` and the images and labels); returns the observation space of one image.
+class _ImageSplit:
+    """What both MNIST envs hold: one split of an image-classification dataset, loaded by
+    the env itself in its constructor."""
 
-    ``env.data_dir`` is where the data was really read from (see
-    :func:`tpo_gym.datasets.image_classification_source`), not the argument."""
-    env.dataset = dataset
-    env.split = split
-    env._images, env._labels = load_image_classification(dataset, split, data_dir)
-    env.data_dir = image_classification_source(dataset, split, data_dir)
-    env.num_images, env.image_dim = env._images.shape
-    return spaces.Box(0.0, 1.0, (env.image_dim,), np.float32)
+    def _load_split(self, dataset: str, split: str, data_dir: Any) -> spaces.Box:
+        """Load the split (``dataset``, ``split``, ``data_dir``, ``num_images``,
+        ``image_dim`` and the images and labels); returns the observation space of one image.
+
+        ``self.data_dir`` is where the data was really read from (see
+        :func:`tpo_gym.datasets.image_classification_source`), not the argument."""
+        self.dataset = dataset
+        self.split = split
+        self._images, self._labels = load_image_classification(dataset, split, data_dir)
+        self.data_dir = image_classification_source(dataset, split, data_dir)
+        self.num_images, self.image_dim = self._images.shape
+        return spaces.Box(0.0, 1.0, (self.image_dim,), np.float32)
 
 
 def _check_index(index: Any, num_images: int, num_envs: int) -> np.ndarray:
@@ -67,7 +71,7 @@ def _to_rgb(image: np.ndarray) -> np.ndarray:
     return np.repeat(gray[:, :, None], 3, axis=2)
 
 
-class MNISTBanditEnv(gym.Env):
+class MNISTBanditEnv(gym.Env, _ImageSplit):
     """One-step contextual bandit on an image-classification dataset.
 
     ## Description
@@ -135,7 +139,7 @@ class MNISTBanditEnv(gym.Env):
         render_mode: str | None = None,
     ) -> None:
         self.render_mode = check_render_mode(render_mode, self.metadata["render_modes"])
-        self.observation_space = _load_split(self, dataset, split, data_dir)
+        self.observation_space = self._load_split(dataset, split, data_dir)
         self.action_space = spaces.Discrete(NUM_CLASSES)
         self._streams = CounterStreams(1)  # image draws (tpo_gym.rng)
         self._index: int | None = None
@@ -212,7 +216,7 @@ class MNISTBanditEnv(gym.Env):
         return _to_rgb(self._images[self._index])
 
 
-class MNISTBanditVectorEnv(StateSnapshot, VectorEnv):
+class MNISTBanditVectorEnv(StateSnapshot, VectorEnv, _ImageSplit):
     """``num_envs`` independent :class:`MNISTBanditEnv` in one numpy batch.
 
     Built by ``gym.make_vec("MNISTBandit-v0", num_envs=n, dataset=..., split=...)``.
@@ -254,7 +258,7 @@ class MNISTBanditVectorEnv(StateSnapshot, VectorEnv):
         if max_episode_steps is not None and max_episode_steps < 1:
             raise ValueError(f"max_episode_steps must be None or >= 1, got {max_episode_steps!r}")
         self.render_mode = check_render_mode(render_mode, self.metadata["render_modes"])
-        self.single_observation_space = _load_split(self, dataset, split, data_dir)
+        self.single_observation_space = self._load_split(dataset, split, data_dir)
         self.single_action_space = spaces.Discrete(NUM_CLASSES)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)

@@ -1,10 +1,9 @@
-"""Sampled completions and the group batch of a language-model policy.
+"""Sampled completions of a language-model policy, and micro-batched gradients.
 
 :class:`Completions` is what :meth:`CausalLMPolicy.sample_completions` returns: token ids
 and masks of prompts (left-padded) and completions (right-padded), plus the decoded texts.
-:class:`LMGroupBatch` holds G prompts x K completions with their scores and frozen
-rollout-time log-probs; its ``log_probs(policy)`` gives the ``[G, K]`` sequence log-probs
-every grouped objective reads, so TPO's loss (:mod:`tpo_agents.objectives`) applies as is.
+Their group batch, :class:`~tpo_agents.rollout.batches.LMGroupBatch`, lives with the other
+batches in :mod:`tpo_agents.rollout.batches`.
 
 :func:`rowwise_with_recompute` runs a row-wise function in micro-batches with gradient
 accumulation: the value comes from a no-grad pass, and the backward pass recomputes one
@@ -19,9 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from tpo_agents.rollout.batches import LOGP_REDUCTIONS, TensorGroups
-
-__all__ = ["Completions", "LMGroupBatch", "pad_left", "pad_right", "rowwise_with_recompute"]
+__all__ = ["Completions", "pad_left", "pad_right", "rowwise_with_recompute"]
 
 
 def pad_left(rows: Sequence[torch.Tensor], value: int) -> torch.Tensor:
@@ -65,79 +62,6 @@ class Completions:
             completion_mask=pad_right([p.completion_mask for p in parts], 0).bool(),
             texts=[t for p in parts for t in p.texts],
         )
-
-
-@dataclass
-class LMGroupBatch(TensorGroups):
-    """G prompts x K sampled completions (rows ``g * K + k``) of a language-model policy.
-
-    :param prompt_ids, prompt_mask, completion_ids, completion_mask: as in :class:`Completions`.
-    :param scores: ``[G, K]`` verifier scores.
-    :param mask: ``[G, K]`` bool validity (all True: every prompt gets its K completions).
-    :param old_logp: ``[G, K]`` rollout-time sequence log-probs (frozen).
-    :param old_token_logp: ``[G * K, T]`` rollout-time token log-probs (0 on padding).
-    :param logp_reduction: a completion's log-prob is the ``"sum"`` (default) or the
-        ``"mean"`` of its token log-probs.
-    """
-
-    prompt_ids: torch.Tensor
-    prompt_mask: torch.Tensor
-    completion_ids: torch.Tensor
-    completion_mask: torch.Tensor
-    scores: torch.Tensor
-    mask: torch.Tensor
-    old_logp: torch.Tensor
-    old_token_logp: torch.Tensor | None = None
-    logp_reduction: str = "sum"
-
-    def __post_init__(self) -> None:
-        if self.logp_reduction not in LOGP_REDUCTIONS:
-            raise ValueError(
-                f"logp_reduction must be one of {LOGP_REDUCTIONS}; got {self.logp_reduction!r}"
-            )
-
-    @classmethod
-    def from_completions(
-        cls, completions: Completions, scores: torch.Tensor, logp_reduction: str = "sum"
-    ) -> LMGroupBatch:
-        """A batch from ``G * K`` completions and their ``[G, K]`` scores."""
-        G, K = scores.shape
-        if completions.completion_ids.shape[0] != G * K:
-            raise ValueError(
-                f"{completions.completion_ids.shape[0]} completions do not form {G} groups of {K}"
-            )
-        return cls(
-            prompt_ids=completions.prompt_ids,
-            prompt_mask=completions.prompt_mask,
-            completion_ids=completions.completion_ids,
-            completion_mask=completions.completion_mask,
-            scores=scores.float(),
-            mask=torch.ones(G, K, dtype=torch.bool),
-            old_logp=torch.zeros(G, K),
-            logp_reduction=logp_reduction,
-        )
-
-    def token_log_probs(self, policy) -> torch.Tensor:
-        """``[G * K, T]`` log-prob of each completion token under ``policy`` (0 on padding)."""
-        return policy.completion_log_probs(
-            self.prompt_ids, self.prompt_mask, self.completion_ids, self.completion_mask
-        )
-
-    def log_probs(self, policy) -> torch.Tensor:
-        """``[G, K]`` sequence log-probs (sum, or mean, of the completion's token
-        log-probs), with gradient."""
-        return self.reduce_tokens(self.token_log_probs(policy))
-
-    def reduce_tokens(self, token_logp: torch.Tensor) -> torch.Tensor:
-        """``[G * K, T]`` token log-probs -> ``[G, K]`` completion log-probs."""
-        seq = token_logp.sum(-1)
-        if self.logp_reduction == "mean":
-            seq = seq / self.completion_mask.sum(-1).clamp_min(1).to(seq)
-        return seq.view(self.n_groups, self.group_size)
-
-    def completion_lengths(self) -> torch.Tensor:
-        """``[G, K]`` number of tokens of each completion (EOS included)."""
-        return self.completion_mask.sum(-1).view(self.n_groups, self.group_size)
 
 
 # ------------------------------------------------------------ micro-batched gradients

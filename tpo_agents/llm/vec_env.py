@@ -178,5 +178,5 @@ def make_prompt_vec_env(env: Any, n_envs: int, seed: int | None = None) -> Promp
     vec = PromptVecEnv([lambda: template] + [copy_of for _ in range(int(n_envs) - 1)])
     # Distinct seeds even without a user seed: copies of one instance share its RNG state.
     base = int(np.random.SeedSequence(seed).generate_state(1)[0]) if seed is None else int(seed)
-    vec._seeds = [base + i for i in range(vec.num_envs)]
+    vec.seed(base)  # SB3's VecEnv.seed: sub-env i is reset with base + i at the next reset
     return vec

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tpo_agents.policies.transformer import _Decoder, attend, extend_cache
+from tpo_agents.policies.decoder import Decoder, attend, extend_cache
 
 POSITION_INIT_STD = 0.02
 """Standard deviation of the artifact's positional-embedding initializer."""
@@ -114,7 +114,7 @@ class PaperBlock(nn.Module):
         return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh")), cache
 
 
-class PaperCausalTransformer(_Decoder):
+class PaperCausalTransformer(Decoder):
     """The artifact's decoder, parameter for parameter (see the module docstring).
 
     :param n_actions: vocabulary V (token rows and head outputs).

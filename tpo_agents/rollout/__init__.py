@@ -12,8 +12,12 @@ One seam, one direction. An algorithm (:class:`tpo_agents.base.GroupedAlgorithm`
 Modules: :mod:`~.context` (the context and the collector base), :mod:`~.modes` (group
 modes, collector tables), :mod:`~.step` / :mod:`~.token` / :mod:`~.lm` (collectors of
 step-level, token-level and language-model policies), :mod:`~.scoring` (candidate
-scores), :mod:`~.batches`, :mod:`~.envs` (SB3 ``VecEnv`` adapters, ``make_training_env``)
-and :mod:`~.training_env` (the builder). The group modes are described in
+scores), :mod:`~.batches` (every batch, the language-model one included),
+:mod:`~.branching` and :mod:`~.critic` (the scorers of ``branch`` and ``critic`` groups).
+The training env: :mod:`~.facts` (what the user's env is and offers, read only),
+:mod:`~.envs` (the SB3 ``VecEnv`` adapters and wrappers the agents add, env snapshots) and
+:mod:`~.training_env` (the builder: ``build_training_env``, ``make_training_env``), which
+calls the other two and is called by neither. The group modes are described in
 ``docs/algorithms.md`` (section 4).
 """
 
@@ -21,15 +25,17 @@ from tpo_agents.rollout.batches import (
     LOGP_REDUCTIONS,
     GroupBatch,
     Groups,
+    LMGroupBatch,
     SequenceGroupBatch,
     TensorGroups,
     TokenGroupBatch,
 )
 from tpo_agents.rollout.context import Collector, OnStep, RolloutContext
-from tpo_agents.rollout.envs import GymnasiumVecEnv, make_training_env, native_vector_entry
+from tpo_agents.rollout.envs import GymnasiumVecEnv
+from tpo_agents.rollout.facts import EnvFacts, check_can_score, env_facts, native_vector_entry
 from tpo_agents.rollout.modes import GROUP_MODES, collector_for, policy_kind
 from tpo_agents.rollout.scoring import score_candidates
-from tpo_agents.rollout.training_env import EnvFacts, build_training_env, check_can_score, env_facts
+from tpo_agents.rollout.training_env import build_training_env, make_training_env
 
 __all__ = [
     "GROUP_MODES",
@@ -39,6 +45,7 @@ __all__ = [
     "GroupBatch",
     "Groups",
     "GymnasiumVecEnv",
+    "LMGroupBatch",
     "OnStep",
     "RolloutContext",
     "SequenceGroupBatch",

@@ -10,6 +10,10 @@ candidate is the sum (or mean, see ``logp_reduction``) of its steps' log-probabi
   candidate;
 * single-sample batches (PG, DG, batch-standardized GRPO): K = 1.
 
+The all-tensor batches of sequence policies are :class:`TokenGroupBatch` (token-level
+groups), :class:`SequenceGroupBatch` (K completions per prompt of a token policy) and
+:class:`LMGroupBatch` (K sampled texts per prompt of a language model).
+
 Storing unique states once and indexing them keeps the policy forward pass at one row
 per state, however many candidates share it.
 """
@@ -18,13 +22,25 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from tpo_agents.policies.base import CategoricalPolicy
 
-__all__ = ["LOGP_REDUCTIONS", "Groups", "GroupBatch", "TensorGroups", "TokenGroupBatch", "SequenceGroupBatch"]
+if TYPE_CHECKING:
+    from tpo_agents.llm.batch import Completions
+
+__all__ = [
+    "LOGP_REDUCTIONS",
+    "Groups",
+    "GroupBatch",
+    "LMGroupBatch",
+    "SequenceGroupBatch",
+    "TensorGroups",
+    "TokenGroupBatch",
+]
 
 LOGP_REDUCTIONS = ("sum", "mean")
 
@@ -215,3 +231,77 @@ class SequenceGroupBatch(TensorGroups):
 
     def log_probs(self, policy) -> torch.Tensor:
         return self.token_log_probs(policy).sum(-1).view(self.n_groups, self.group_size)
+
+
+@dataclass
+class LMGroupBatch(TensorGroups):
+    """G prompts x K sampled completions (rows ``g * K + k``) of a language-model policy.
+
+    :param prompt_ids, prompt_mask, completion_ids, completion_mask: as in
+        :class:`~tpo_agents.llm.batch.Completions`.
+    :param scores: ``[G, K]`` verifier scores.
+    :param mask: ``[G, K]`` bool validity (all True: every prompt gets its K completions).
+    :param old_logp: ``[G, K]`` rollout-time sequence log-probs (frozen).
+    :param old_token_logp: ``[G * K, T]`` rollout-time token log-probs (0 on padding).
+    :param logp_reduction: a completion's log-prob is the ``"sum"`` (default) or the
+        ``"mean"`` of its token log-probs.
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    scores: torch.Tensor
+    mask: torch.Tensor
+    old_logp: torch.Tensor
+    old_token_logp: torch.Tensor | None = None
+    logp_reduction: str = "sum"
+
+    def __post_init__(self) -> None:
+        if self.logp_reduction not in LOGP_REDUCTIONS:
+            raise ValueError(
+                f"logp_reduction must be one of {LOGP_REDUCTIONS}; got {self.logp_reduction!r}"
+            )
+
+    @classmethod
+    def from_completions(
+        cls, completions: Completions, scores: torch.Tensor, logp_reduction: str = "sum"
+    ) -> LMGroupBatch:
+        """A batch from ``G * K`` completions and their ``[G, K]`` scores."""
+        G, K = scores.shape
+        if completions.completion_ids.shape[0] != G * K:
+            raise ValueError(
+                f"{completions.completion_ids.shape[0]} completions do not form {G} groups of {K}"
+            )
+        return cls(
+            prompt_ids=completions.prompt_ids,
+            prompt_mask=completions.prompt_mask,
+            completion_ids=completions.completion_ids,
+            completion_mask=completions.completion_mask,
+            scores=scores.float(),
+            mask=torch.ones(G, K, dtype=torch.bool),
+            old_logp=torch.zeros(G, K),
+            logp_reduction=logp_reduction,
+        )
+
+    def token_log_probs(self, policy) -> torch.Tensor:
+        """``[G * K, T]`` log-prob of each completion token under ``policy`` (0 on padding)."""
+        return policy.completion_log_probs(
+            self.prompt_ids, self.prompt_mask, self.completion_ids, self.completion_mask
+        )
+
+    def log_probs(self, policy) -> torch.Tensor:
+        """``[G, K]`` sequence log-probs (sum, or mean, of the completion's token
+        log-probs), with gradient."""
+        return self.reduce_tokens(self.token_log_probs(policy))
+
+    def reduce_tokens(self, token_logp: torch.Tensor) -> torch.Tensor:
+        """``[G * K, T]`` token log-probs -> ``[G, K]`` completion log-probs."""
+        seq = token_logp.sum(-1)
+        if self.logp_reduction == "mean":
+            seq = seq / self.completion_mask.sum(-1).clamp_min(1).to(seq)
+        return seq.view(self.n_groups, self.group_size)
+
+    def completion_lengths(self) -> torch.Tensor:
+        """``[G, K]`` number of tokens of each completion (EOS included)."""
+        return self.completion_mask.sum(-1).view(self.n_groups, self.group_size)

@@ -168,6 +168,12 @@ class QCritic:
         self._pos = 0
         self._pending = 0
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A critic pickled (with its agent) before value_floor existed keeps the rule it was
+        # trained with: no floor.
+        state.setdefault("value_floor", 0.0)
+        self.__dict__.update(state)
+
     # ---------------------------------------------------------------- replay
     def _features(self, obs: Any) -> torch.Tensor:
         t = torch.as_tensor(np.asarray(obs), device=self.device)
@@ -255,8 +261,7 @@ class QCritic:
             return torch.zeros_like(qs[0])  # the critic is still learning: no policy update yet
         obs_t, _ = policy.obs_to_tensor(obs)
         pi = policy.action_log_probs(obs_t).exp().float().cpu()
-        value_floor = getattr(self, "value_floor", 0.0)  # a critic saved before it existed keeps its rule
-        return critic_advantages(qs, pi, self.relative_floor, self.noise_scale, value_floor)
+        return critic_advantages(qs, pi, self.relative_floor, self.noise_scale, self.value_floor)
 
     @torch.no_grad()
     def scores(self, obs) -> torch.Tensor:

@@ -1,23 +1,22 @@
-"""Environments as the agents see them: an SB3 ``VecEnv`` (the adapters and builders).
+"""The adapters and wrappers the agents put around a user's env, and their snapshots.
 
-``make_training_env`` turns whatever the user passes (an id, a ``gym.Env``, a Gymnasium
-``VectorEnv`` or an SB3 ``VecEnv``) into an SB3 ``VecEnv``. Environments registered with
-a native ``vector_entry_point`` (every tpo_gym env) become one numpy-vectorized env
-wrapped by :class:`GymnasiumVecEnv`, so a rollout step is one call, not a Python loop.
+:class:`GymnasiumVecEnv` shows a Gymnasium ``VectorEnv`` (every tpo_gym env's native
+vector implementation) as an SB3 ``VecEnv``, so a rollout step is one call, not a Python
+loop; :class:`RewardRangeCheck` refuses rewards float32 cannot hold;
+:func:`dummy_vec_env_state` / :func:`restore_dummy_vec_env_state` snapshot an SB3
+``DummyVecEnv`` for checkpoints. The training env is assembled from these by
+:func:`tpo_agents.rollout.training_env.make_training_env`.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.envs.registration import load_env_creator
 from gymnasium.vector import AutoresetMode, VectorEnv
-from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvStepReturn
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -157,130 +156,6 @@ class GymnasiumVecEnv(VecEnv):
         if not hasattr(self.venv, "score_candidates"):
             raise AttributeError(f"{type(self.venv).__name__} does not implement score_candidates")
         return self.venv.score_candidates(actions)
-
-
-def native_vector_entry(spec: gym.envs.registration.EnvSpec | None) -> bool:
-    """Whether the registered env has its own vector implementation with same-step autoreset.
-
-    (Gymnasium's own vector CartPole resets on the next step and cannot replay a seed
-    per sub-env, so such envs go through SB3's ``make_vec_env`` instead.)
-    """
-    if spec is None or spec.vector_entry_point is None:
-        return False
-    entry = spec.vector_entry_point
-    creator = load_env_creator(entry) if isinstance(entry, str) else entry
-    metadata = getattr(creator, "metadata", {}) or {}
-    return metadata.get("autoreset_mode") == AutoresetMode.SAME_STEP
-
-
-# What ``gym.make`` adds around every env by itself: not the user's wrappers.
-_MAKE_WRAPPERS = (
-    gym.wrappers.TimeLimit,
-    gym.wrappers.OrderEnforcing,
-    gym.wrappers.PassiveEnvChecker,
-)
-
-
-def user_wrappers(env: Any) -> list[str]:
-    """Names of the wrappers around a ``gym.Env`` other than those ``gym.make`` adds
-    (``TimeLimit``, ``OrderEnforcing``, ``PassiveEnvChecker``), outermost first."""
-    names = []
-    while isinstance(env, gym.Wrapper):
-        if not isinstance(env, _MAKE_WRAPPERS):
-            names.append(type(env).__name__)
-        env = env.env
-    return names
-
-
-def _copies(env: gym.Env, n: int) -> list[gym.Env]:
-    """``env`` and ``n - 1`` deep copies of it, wrappers included."""
-
-    try:
-        return [env, *(copy.deepcopy(env) for _ in range(n - 1))]
-    except Exception as error:  # noqa: BLE001 - any failure to copy means the same thing
-        raise ValueError(
-            f"cannot make {n} copies of the env you passed ({type(env).__name__}, wrapped by "
-            f"{user_wrappers(env)}): {error}. Pass n_envs=1, or pass an SB3 VecEnv / Gymnasium "
-            "VectorEnv built the way you want"
-        ) from error
-
-
-def scores_hidden_by_wrappers(env: Any) -> list[str]:
-    r"""The user's wrappers that ``score_candidates`` would bypass, for a ``gym.Env`` or the
-    first sub-env of a ``DummyVecEnv`` (possibly under SB3 ``VecEnvWrapper``\ s).
-
-    A wrapper that changes rewards (``TransformReward``, ...) does not change what the
-    wrapped env's ``score_candidates`` returns, so scoring through it would silently drop
-    the wrapper; a wrapper that defines ``score_candidates`` itself is trusted."""
-    from stable_baselines3.common.monitor import Monitor
-
-    if isinstance(env, VecEnv):
-        base = getattr(env, "unwrapped", env)
-        if not isinstance(base, DummyVecEnv):
-            return []
-        env = base.envs[0]
-    hiding = []
-    while isinstance(env, gym.Wrapper):
-        if hasattr(type(env), "score_candidates"):
-            return hiding
-        if not isinstance(env, (*_MAKE_WRAPPERS, Monitor, RewardRangeCheck)):
-            hiding.append(type(env).__name__)
-        env = env.env
-    return hiding
-
-
-def _default_render_mode(spec: gym.envs.registration.EnvSpec) -> str | None:
-    """SB3's ``make_vec_env`` asks for ``rgb_array`` rendering; only when the env has it."""
-    creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
-    modes = (getattr(creator, "metadata", {}) or {}).get("render_modes", [])
-    return "rgb_array" if "rgb_array" in modes else None
-
-
-def make_training_env(env: Any, n_envs: int | None, seed: int | None = None) -> VecEnv:
-    """Turn an id, ``gym.Env``, Gymnasium ``VectorEnv`` or SB3 ``VecEnv`` into a ``VecEnv``.
-
-    * an id, or an unwrapped ``gym.make`` instance, of an env with a native vector
-      implementation: the native vector env with ``n_envs`` sub-envs built from the spec
-      (the instance serves as the template: its id and kwargs);
-    * another id, or such an instance with ``n_envs > 1``: SB3's ``make_vec_env``
-      (``DummyVecEnv`` of ``Monitor``-wrapped envs built from the spec);
-    * an instance with wrappers of its own (anything beyond what ``gym.make`` adds): a
-      ``DummyVecEnv`` of the instance and ``n_envs - 1`` deep copies of it, wrappers
-      included, so what the user built is what trains;
-    * an unregistered ``gym.Env``: a one-env ``DummyVecEnv`` around it;
-    * a Gymnasium ``VectorEnv`` (same-step autoreset) or an SB3 ``VecEnv``: used as is.
-    """
-    if isinstance(env, VecEnv):
-        return env
-    if isinstance(env, VectorEnv):
-        return VecMonitor(GymnasiumVecEnv(env))
-    if isinstance(env, str):
-        spec = gym.spec(env)
-        kwargs: dict = {}
-        instance = None
-    elif isinstance(env, gym.Env):
-        spec = env.spec
-        kwargs = dict(spec.kwargs) if spec is not None else {}
-        instance = env
-    else:
-        raise ValueError(
-            f"env must be an env id, a gymnasium.Env, a gymnasium VectorEnv or an SB3 VecEnv; "
-            f"got {type(env).__name__}"
-        )
-    n = 1 if n_envs is None else int(n_envs)
-    if n < 1:
-        raise ValueError(f"n_envs must be >= 1; got {n_envs}")
-    wrapped = instance is not None and bool(user_wrappers(instance))
-    if native_vector_entry(spec) and not wrapped:
-        venv = gym.make_vec(spec.id, num_envs=n, vectorization_mode="vector_entry_point", **kwargs)
-        return VecMonitor(GymnasiumVecEnv(venv))
-    if instance is not None and (spec is None or n == 1 or wrapped):
-        from stable_baselines3.common.monitor import Monitor
-
-        envs = [instance] if spec is None else _copies(instance, n)  # unregistered: as given
-        return DummyVecEnv([lambda e=e: RewardRangeCheck(Monitor(e)) for e in envs])
-    kwargs.setdefault("render_mode", _default_render_mode(spec))
-    return make_vec_env(spec.id, n_envs=n, seed=seed, env_kwargs=kwargs, wrapper_class=RewardRangeCheck)
 
 
 # The DummyVecEnv attributes a step or reset reads besides the sub-envs themselves.

@@ -17,7 +17,8 @@ import time
 import numpy as np
 import torch
 
-from tpo_agents.llm.batch import Completions, LMGroupBatch
+from tpo_agents.llm.batch import Completions
+from tpo_agents.rollout.batches import LMGroupBatch
 from tpo_agents.rollout.context import Collector, RolloutContext
 
 __all__ = ["LM_COLLECTORS", "CausalLMSequenceCollector", "CausalLMSingleCollector"]

@@ -1,129 +1,41 @@
 """The training env of an agent, built once, with its group mode chosen once.
 
 :func:`build_training_env` is the whole walk from what the user passed to the ``VecEnv``
-the collectors step: read the env's facts (:class:`EnvFacts`: its group-mode hint, whether
-it scores candidates, whether it has a native vector implementation), check it suits the
-policy, let the algorithm choose the group mode from those facts, and build the vector env
-sized for that mode. An env id is made once as a single env to read its facts.
+the collectors step: read the env's facts (:class:`~tpo_agents.rollout.facts.EnvFacts`:
+its group-mode hint, whether it scores candidates, whether it has a native vector
+implementation), check it suits the policy, let the algorithm choose the group mode from
+those facts, and build the vector env sized for that mode (:func:`make_training_env`,
+from the adapters of :mod:`~tpo_agents.rollout.envs`).
+
+Calls go one way: this builder asks :mod:`~tpo_agents.rollout.facts` about the env and
+wraps it with :mod:`~tpo_agents.rollout.envs`; neither calls back here.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 from gymnasium import spaces
 from gymnasium.vector import VectorEnv
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor
 
-from tpo_agents.rollout.envs import (
-    make_training_env,
+from tpo_agents.rollout.envs import GymnasiumVecEnv, RewardRangeCheck
+from tpo_agents.rollout.facts import (
+    EnvFacts,
+    default_render_mode,
+    env_facts,
     native_vector_entry,
-    scores_hidden_by_wrappers,
     user_wrappers,
+    vec_env_name,
 )
 from tpo_agents.rollout.modes import policy_kind
 
-__all__ = ["EnvFacts", "env_facts", "build_training_env", "check_can_score"]
-
-
-@dataclass(frozen=True)
-class EnvFacts:
-    """What choosing a group mode needs to know about an env.
-
-    :param name: the env's id when registered, else its class name.
-    :param hint: the env's ``metadata["tpo_group_mode"]`` (None when it gives none).
-    :param can_score: it implements ``score_candidates`` and no wrapper of the user's sits
-        in between (see :func:`~tpo_agents.rollout.envs.scores_hidden_by_wrappers`).
-    :param hidden_by: the user's wrappers that scoring would bypass.
-    :param native: it is registered with a native (numpy) vector implementation, so its
-        vector env is sized to gather a whole batch in one pass.
-    :param observation_space: a single env's observation space.
-    :param action_space: a single env's action space.
-    """
-
-    name: str
-    hint: str | None
-    can_score: bool
-    hidden_by: tuple[str, ...] = ()
-    native: bool = False
-    observation_space: Any = None
-    action_space: Any = None
-
-
-def _name(env: Any) -> str:
-    spec = getattr(env, "spec", None)
-    if spec is not None and getattr(spec, "id", None):
-        return str(spec.id)
-    return type(getattr(env, "unwrapped", env)).__name__
-
-
-def _vec_name(vec: VecEnv) -> str:
-    try:
-        spec = vec.get_attr("spec", indices=[0])[0]
-    except AttributeError:
-        spec = None
-    if spec is not None and getattr(spec, "id", None):
-        return str(spec.id)
-    base = getattr(vec, "unwrapped", vec)
-    inner = getattr(base, "venv", None) or (getattr(base, "envs", None) or [base])[0]
-    return type(getattr(inner, "unwrapped", inner)).__name__
-
-
-def _facts_of_instance(env: Any, native: bool) -> EnvFacts:
-    hidden = tuple(scores_hidden_by_wrappers(env)) if isinstance(env, gym.Env) else ()
-    scores = hasattr(getattr(env, "unwrapped", env), "score_candidates")
-    hint = (getattr(env, "metadata", None) or {}).get("tpo_group_mode")
-    space = getattr(env, "single_observation_space", None) or env.observation_space
-    actions = getattr(env, "single_action_space", None) or env.action_space
-    return EnvFacts(_name(env), hint, scores and not hidden, hidden, native, space, actions)
-
-
-def env_facts(env: Any) -> EnvFacts:
-    """The facts of an id, a ``gym.Env``, a Gymnasium ``VectorEnv`` or an SB3 ``VecEnv``."""
-    if isinstance(env, VecEnv):
-        hint = (env.get_attr("metadata", indices=[0])[0] or {}).get("tpo_group_mode")
-        try:
-            env.get_attr("score_candidates", indices=[0])
-            scores = True
-        except AttributeError:
-            scores = False
-        hidden = tuple(scores_hidden_by_wrappers(env))
-        return EnvFacts(_vec_name(env), hint, scores and not hidden, hidden,
-                        observation_space=env.observation_space, action_space=env.action_space)
-    if isinstance(env, VectorEnv):
-        return _facts_of_instance(env, native=False)
-    if isinstance(env, str):
-        single = gym.make(env)
-        try:
-            return _facts_of_instance(single, native=native_vector_entry(single.spec))
-        finally:
-            single.close()
-    if isinstance(env, gym.Env):
-        return _facts_of_instance(env, native=native_vector_entry(env.spec))
-    raise ValueError(
-        f"env must be an env id, a gymnasium.Env, a gymnasium VectorEnv or an SB3 VecEnv; "
-        f"got {type(env).__name__}"
-    )
-
-
-def check_can_score(facts: EnvFacts) -> None:
-    """``group_mode="per_state"`` needs candidate scores: say why there are none."""
-    if facts.can_score:
-        return
-    if facts.hidden_by:
-        raise ValueError(
-            f"group_mode='per_state' scores K candidates with the env's score_candidates, which "
-            f"would bypass your wrappers {list(facts.hidden_by)}; use group_mode='sequence' (K "
-            "rollouts through the wrappers) or 'auto', or define score_candidates on the wrapper"
-        )
-    raise ValueError(
-        f"group_mode='per_state' needs an env that scores K candidates per state, "
-        f"score_candidates(actions [n_envs, K]) -> scores [n_envs, K] (tpo_gym.candidates); "
-        f"the env ({facts.name}) has none: use group_mode='sequence' or 'auto'"
-    )
+__all__ = ["build_training_env", "make_training_env"]
 
 
 def _check_action_space(algo: str, action_space: spaces.Space, mode: str) -> None:
@@ -154,7 +66,7 @@ def _check_token_env(policy_name: str, vec: VecEnv, given: Any) -> None:
     if isinstance(given, gym.Env) and user_wrappers(given):
         raise ValueError(
             f"{policy_name} trains on the native vector token env; your wrappers "
-            f"{user_wrappers(given)} around {_vec_name(vec)} would be dropped. Pass the env "
+            f"{user_wrappers(given)} around {vec_env_name(vec)} would be dropped. Pass the env "
             "id (or an unwrapped gym.make(...) instance), or an SB3 VecEnv you built"
         )
     try:
@@ -162,8 +74,65 @@ def _check_token_env(policy_name: str, vec: VecEnv, given: Any) -> None:
     except AttributeError:
         raise ValueError(
             f"{policy_name} needs a prompt-then-generate token env with a prompt_length "
-            f"attribute (e.g. TokenReversal-*); {_vec_name(vec)} has none"
+            f"attribute (e.g. TokenReversal-*); {vec_env_name(vec)} has none"
         ) from None
+
+
+def _copies(env: gym.Env, n: int) -> list[gym.Env]:
+    """``env`` and ``n - 1`` deep copies of it, wrappers included."""
+    try:
+        return [env, *(copy.deepcopy(env) for _ in range(n - 1))]
+    except Exception as error:  # noqa: BLE001 - any failure to copy means the same thing
+        raise ValueError(
+            f"cannot make {n} copies of the env you passed ({type(env).__name__}, wrapped by "
+            f"{user_wrappers(env)}): {error}. Pass n_envs=1, or pass an SB3 VecEnv / Gymnasium "
+            "VectorEnv built the way you want"
+        ) from error
+
+
+def make_training_env(env: Any, n_envs: int | None, seed: int | None = None) -> VecEnv:
+    """Turn an id, ``gym.Env``, Gymnasium ``VectorEnv`` or SB3 ``VecEnv`` into a ``VecEnv``.
+
+    * an id, or an unwrapped ``gym.make`` instance, of an env with a native vector
+      implementation: the native vector env with ``n_envs`` sub-envs built from the spec
+      (the instance serves as the template: its id and kwargs);
+    * another id, or such an instance with ``n_envs > 1``: SB3's ``make_vec_env``
+      (``DummyVecEnv`` of ``Monitor``-wrapped envs built from the spec);
+    * an instance with wrappers of its own (anything beyond what ``gym.make`` adds): a
+      ``DummyVecEnv`` of the instance and ``n_envs - 1`` deep copies of it, wrappers
+      included, so what the user built is what trains;
+    * an unregistered ``gym.Env``: a one-env ``DummyVecEnv`` around it;
+    * a Gymnasium ``VectorEnv`` (same-step autoreset) or an SB3 ``VecEnv``: used as is.
+    """
+    if isinstance(env, VecEnv):
+        return env
+    if isinstance(env, VectorEnv):
+        return VecMonitor(GymnasiumVecEnv(env))
+    if isinstance(env, str):
+        spec = gym.spec(env)
+        kwargs: dict = {}
+        instance = None
+    elif isinstance(env, gym.Env):
+        spec = env.spec
+        kwargs = dict(spec.kwargs) if spec is not None else {}
+        instance = env
+    else:
+        raise ValueError(
+            f"env must be an env id, a gymnasium.Env, a gymnasium VectorEnv or an SB3 VecEnv; "
+            f"got {type(env).__name__}"
+        )
+    n = 1 if n_envs is None else int(n_envs)
+    if n < 1:
+        raise ValueError(f"n_envs must be >= 1; got {n_envs}")
+    wrapped = instance is not None and bool(user_wrappers(instance))
+    if native_vector_entry(spec) and not wrapped:
+        venv = gym.make_vec(spec.id, num_envs=n, vectorization_mode="vector_entry_point", **kwargs)
+        return VecMonitor(GymnasiumVecEnv(venv))
+    if instance is not None and (spec is None or n == 1 or wrapped):
+        envs = [instance] if spec is None else _copies(instance, n)  # unregistered: as given
+        return DummyVecEnv([lambda e=e: RewardRangeCheck(Monitor(e)) for e in envs])
+    kwargs.setdefault("render_mode", default_render_mode(spec))
+    return make_vec_env(spec.id, n_envs=n, seed=seed, env_kwargs=kwargs, wrapper_class=RewardRangeCheck)
 
 
 def build_training_env(

@@ -1,0 +1,171 @@
+"""The gym-defaults benchmark's runs: one run (agent and eval env, training with greedy
+evaluations), the run cache and the sweep over every (env, method, seed)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.gym_defaults.config import ENVS, NAME, convert_zoo_entry, method_hyperparameters
+from benchmarks.harness import EVAL_SEED_OFFSET, Run, run_all, train_run
+from zoo.jobs.sweep import code_version
+
+# ----------------------------------------------------------------------------- one run
+
+
+def plan_runs(
+    env_names: Sequence[str], methods: Sequence[str], seeds: int, timesteps_scale: float,
+    eval_every_fraction: float, n_eval_episodes: int,
+) -> list[Run]:  # fmt: skip
+    """Every (env, seed, method) run, methods interleaved so the workers share them evenly."""
+    runs = []
+    for env_name in env_names:
+        timesteps = max(1, round(ENVS[env_name].timesteps * timesteps_scale))
+        eval_every = max(1, round(timesteps * eval_every_fraction))
+        hyper = {m: method_hyperparameters(env_name, m) for m in methods}
+        for seed in range(seeds):
+            runs += [Run(NAME, env_name, m, seed, timesteps, eval_every, n_eval_episodes, hyper[m]) for m in methods]
+    return runs
+
+
+def _eval_normalize_class():
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    class EvalNormalize(VecNormalize):
+        """The eval env's ``VecNormalize``: frozen, raw rewards, and the training env's
+        observation statistics, copied at each reset (every evaluation starts with one)."""
+
+        def __init__(self, venv, source: VecNormalize, **kwargs: Any) -> None:
+            super().__init__(venv, **{**kwargs, "training": False, "norm_reward": False})
+            self.source = source
+
+        def reset(self):
+            self.obs_rms = copy.deepcopy(self.source.obs_rms)
+            return super().reset()
+
+    return EvalNormalize
+
+
+def build_agent(run: Run):
+    """The model of ``run`` and its eval env (a seeded one-env ``VecEnv``)."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env = ENVS[run.env]
+    eval_env = make_vec_env(env.make, n_envs=1)
+    eval_env.seed(run.seed + EVAL_SEED_OFFSET)
+    if run.method in ("tpo", "grpo"):
+        from tpo_agents import GRPO, TPO
+
+        cls = TPO if run.method == "tpo" else GRPO
+        return cls("MlpPolicy", env.make(), seed=run.seed), eval_env  # defaults: nothing else
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    zoo = convert_zoo_entry(run.hyperparameters.get("zoo_entry") or {})
+    train_env = make_vec_env(env.make, n_envs=zoo["n_envs"], seed=run.seed)
+    if zoo["normalize"]:
+        train_env = VecNormalize(train_env, **zoo["normalize_kwargs"])
+        eval_env = _eval_normalize_class()(eval_env, train_env, **zoo["normalize_kwargs"])
+    return PPO("MlpPolicy", train_env, seed=run.seed, **zoo["ppo_kwargs"]), eval_env
+
+
+def _plain(value: Any) -> Any:
+    return value if value is None or isinstance(value, (bool, int, float, str)) else repr(value)
+
+
+def resolved_settings(model) -> dict[str, Any]:
+    """What the model ended up with (defaults resolved: group mode, epochs, sub-envs...)."""
+    grouped = hasattr(model, "resolve_group_mode")  # TPO, GRPO (SB3's base has use_sde too)
+    names = (
+        ("n_candidates", "batch_size", "n_epochs", "learning_rate", "logp_reduction", "eta", "anchor", "clip_range", "beta")
+        if grouped
+        else ("n_steps", "batch_size", "n_epochs", "learning_rate", "clip_range", "gamma", "gae_lambda", "ent_coef", "use_sde", "sde_sample_freq")
+    )
+    settings = {k: _plain(getattr(model, k)) for k in names if hasattr(model, k)}
+    settings.update(n_envs=int(model.n_envs), policy=type(model.policy).__name__)
+    if grouped:
+        settings["group_mode"] = model.resolve_group_mode()
+    return settings
+
+
+def run_one(run: Run, progress: Any = None) -> dict[str, Any]:
+    """Train ``run`` to its budget; its greedy eval returns on the grid, seconds, settings."""
+    return train_run(run, build_agent, progress, extra=lambda model: {"resolved": resolved_settings(model)})
+
+
+def run_job(run: Run, progress: Any = None) -> dict[str, Any]:
+    """The sweep's job function: ``run_one``'s record, or the run's error as a record
+    (``failed``, ``traceback``), so one failing run neither stops nor vanishes from the
+    benchmark. Both are cached with the run's ``spec``; a rerun retries failed runs."""
+    record: dict[str, Any] = {"spec": run.spec(), "code_version": code_version()}
+    started = time.perf_counter()
+    try:
+        record.update(run_one(run, progress))
+    except Exception as exc:  # KeyboardInterrupt (the sweep's interrupt) still stops it
+        record.update(failed=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(),
+                      seconds=time.perf_counter() - started)
+    return record
+
+
+# --------------------------------------------------------------------------- the cache
+
+
+class CacheConfigError(ValueError):
+    """Cache files under the cache root were made with another config than the one asked for."""
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def read_cache(runs: list[Run], cache: Path) -> dict[str, dict]:
+    """The cached records of ``runs`` (finished or failed) under the cache root ``cache``,
+    by run name.
+
+    Raises :class:`CacheConfigError` naming the files whose config differs from the
+    run's (a changed budget, eval setting or hyperparameter is never mixed in). A file
+    that cannot be read is left to ``zoo.jobs.sweep`` (which warns and runs the job again).
+    """
+    found, differing = {}, []
+    for run in runs:
+        path = run.cache_path(cache)
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict):
+            continue
+        want, have = _jsonable(run.spec()), record.get("spec")
+        if have != want:
+            have = have if isinstance(have, dict) else {}
+            keys = sorted(k for k in set(want) | set(have) if have.get(k) != want.get(k))
+            differing.append(f"{path} (differs in {', '.join(keys)})")
+            continue
+        found[run.name] = record
+    if differing:
+        raise CacheConfigError(
+            f"{len(differing)} cache file(s) hold a run config that differs from the one asked for: "
+            + "; ".join(differing[:3]) + (f"; and {len(differing) - 3} more" if len(differing) > 3 else "")
+            + ". Use another --cache (or --out), the same settings, or delete those files."
+        )
+    return found
+
+
+# --------------------------------------------------------------------------- the sweep
+
+
+def run_missing(
+    runs: list[Run], cached: dict[str, dict], cache: Path, workers: int, quiet: bool, info: dict | None = None
+) -> dict[str, dict]:
+    """Every run's record: the cached ones reused, failed ones (``"failed"`` in their cached
+    record) and uncached ones run with :func:`run_job` in ``workers`` processes and cached
+    under the cache root ``cache``."""
+    for run in runs:  # failed runs are tried again
+        if "failed" in cached.get(run.name, {}):
+            run.cache_path(cache).unlink(missing_ok=True)
+    return run_all(runs, run_job, cache, workers, quiet=quiet, desc=NAME, info=info)
