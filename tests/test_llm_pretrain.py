@@ -93,7 +93,7 @@ TINY = dict(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max
 def test_pretrain_trains_saves_and_caches(tmp_path, monkeypatch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tpo_agents.llm import pretrain
+    from zoo.paper.llm import pretrain
 
     calls = []
     real = pretrain.pretrain_causal_lm
@@ -115,7 +115,7 @@ def test_pretrain_trains_saves_and_caches(tmp_path, monkeypatch):
 
 
 def test_pretrain_crash_leaves_no_folder(tmp_path, monkeypatch):
-    from tpo_agents.llm import pretrain
+    from zoo.paper.llm import pretrain
 
     def crash(config, out, log=None):
         (out / "config.json").write_text("{}")
