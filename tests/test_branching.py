@@ -195,7 +195,7 @@ def test_the_gaussian_policy_samples_scores_and_clips_like_a_diagonal_normal():
     by_hand = (-((picked - mean) ** 2) / (2 * std**2) - torch.log(std) - 0.5 * np.log(2 * np.pi)).sum(-1)
     torch.testing.assert_close(policy.step_log_probs(obs, rows, picked), by_hand)
     assert policy.env_actions(np.array([[3.0, -0.5]])).tolist() == [[1.0, -0.5]]
-    with pytest.raises(ValueError, match="needs a one-dimensional Box action space"):
+    with pytest.raises(ValueError, match="needs a Box action space"):
         GaussianMlpPolicy(spaces.Box(-1, 1, (3,)), spaces.Discrete(2), lambda _: 1e-3)
 
 
@@ -214,19 +214,21 @@ def test_tpo_learns_box_actions_from_branch_groups_and_saves(tmp_path):
     loaded.learn(64)
 
 
-def test_box_actions_need_branch_groups():
+def test_box_actions_take_the_modes_of_sampled_actions():
+    # Box actions: branch, critic (a learned Q(s, a)), sequence or single groups
+    # (tests/test_action_spaces.py); the modes that enumerate Discrete actions are refused.
     from tpo_agents import DG
 
-    with pytest.raises(ValueError, match="Box actions .* with group_mode='branch' only.*'sequence'"):
-        TPO("MlpPolicy", Reach(), group_mode="sequence")
-    with pytest.raises(ValueError, match="with group_mode='branch' only.*'single'"):
-        DG("MlpPolicy", Reach())
+    with pytest.raises(ValueError, match="group_mode='all_actions' enumerates or scores Discrete actions.*'critic'"):
+        TPO("MlpPolicy", Reach(), group_mode="all_actions")
+    assert DG("MlpPolicy", Reach()).resolve_group_mode() == "single"
 
     class Planar(Reach):
         action_space = spaces.Box(-1.0, 1.0, (2, 2), np.float32)
 
-    with pytest.raises(ValueError, match="one-dimensional Box ones"):
-        TPO("MlpPolicy", Planar(), group_mode="branch")
+    model = TPO("MlpPolicy", Planar(), group_mode="branch", batch_size=4, branch_kwargs={"horizon": 1})
+    model.learn(8)
+    assert model.last_batch.step_action.shape[1:] == (4,)  # flattened inside the policy
 
 
 def test_verbose_agents_say_which_group_mode_auto_chose_and_why(capsys):

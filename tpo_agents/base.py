@@ -14,11 +14,13 @@ import pathlib
 import sys
 import time
 import warnings
+import weakref
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
 from gymnasium import spaces
+from gymnasium.vector import VectorEnv
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
@@ -35,7 +37,9 @@ from tpo_agents.checks import (
     timesteps,
 )
 from tpo_agents.policies.causal_lm import CausalLMPolicy
+from tpo_agents.policies.factorized import BernoulliPolicy, MultiCategoricalPolicy
 from tpo_agents.policies.gaussian import GaussianMlpPolicy
+from tpo_agents.policies.inputs import CnnPolicy, MultiInputPolicy, input_policy_kwargs
 from tpo_agents.policies.mlp import MlpPolicy
 from tpo_agents.policies.transformer import TransformerPolicy
 from tpo_agents.rollout import (
@@ -51,9 +55,30 @@ from tpo_agents.rollout import (
     collector_for,
     make_training_env,
 )
-from tpo_agents.rollout.envs import dummy_vec_env_state, restore_dummy_vec_env_state
+from tpo_agents.rollout.envs import (
+    dummy_vec_env_state,
+    restore_dummy_vec_env_state,
+    transpose_images,
+)
 
 SelfGrouped = TypeVar("SelfGrouped", bound="GroupedAlgorithm")
+
+ACTION_SPACES = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Box)
+"""The action spaces of the step-level policies (docs/algorithms.md 4.5, 4.6)."""
+
+
+def action_space_policy(action_space: spaces.Space) -> type[BasePolicy] | None:
+    """The policy ``"MlpPolicy"`` stands for on an action space other than ``Discrete``, as
+    in SB3: ``GaussianMlpPolicy`` (``Box``), ``MultiCategoricalPolicy`` (``MultiDiscrete``),
+    ``BernoulliPolicy`` (``MultiBinary``); None for ``Discrete`` (``MlpPolicy`` itself)."""
+    for space_type, policy in (
+        (spaces.Box, GaussianMlpPolicy),
+        (spaces.MultiDiscrete, MultiCategoricalPolicy),
+        (spaces.MultiBinary, BernoulliPolicy),
+    ):
+        if isinstance(action_space, space_type):
+            return policy
+    return None
 
 
 class GroupedAlgorithm(BaseAlgorithm):
@@ -86,7 +111,11 @@ class GroupedAlgorithm(BaseAlgorithm):
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpPolicy": MlpPolicy,
+        "CnnPolicy": CnnPolicy,
+        "MultiInputPolicy": MultiInputPolicy,
         "GaussianMlpPolicy": GaussianMlpPolicy,
+        "MultiCategoricalPolicy": MultiCategoricalPolicy,
+        "BernoulliPolicy": BernoulliPolicy,
         "TransformerPolicy": TransformerPolicy,
         "CausalLMPolicy": CausalLMPolicy,
     }
@@ -118,7 +147,7 @@ class GroupedAlgorithm(BaseAlgorithm):
         _init_setup_model: bool = True,
     ):
         check_learning_rate(learning_rate)
-        check_device(device)
+        device = check_device(device)
         if n_envs is not None:
             n_envs = int_at_least("n_envs", n_envs, 1)
         stats_window_size = int_at_least("stats_window_size", stats_window_size, 1)
@@ -141,6 +170,8 @@ class GroupedAlgorithm(BaseAlgorithm):
         self._mode_reason: str | None = None
         self._branch_scorer = None
         self._branch_scorer_env: VecEnv | None = None
+        self._given_env: weakref.ref | None = None  # what the training env was built from (set_env)
+        self._budget_end: int | None = None  # learn()'s total_timesteps while it runs
         self.critic = None
         """The learned critic of ``critic`` groups (:class:`~tpo_agents.rollout.critic.QCritic`),
         built on the first rollout in that mode; None otherwise."""
@@ -163,8 +194,11 @@ class GroupedAlgorithm(BaseAlgorithm):
             policy_kwargs["optimizer_kwargs"] = optimizer_kwargs
         if env is not None:
             env = self._build_env(env, n_envs, seed)
-            if isinstance(env.action_space, spaces.Box) and policy_class is MlpPolicy:
-                policy = policy_class = GaussianMlpPolicy  # "MlpPolicy" on Box actions, as in SB3
+            stand_in = action_space_policy(env.action_space)
+            if stand_in is not None and policy_class in (MlpPolicy, CnnPolicy, MultiInputPolicy):
+                policy_kwargs = input_policy_kwargs(policy_class, policy_kwargs)  # CNN / Dict extractor kept
+                # "MlpPolicy" on Box / MultiDiscrete / MultiBinary actions, as in SB3
+                policy = policy_class = stand_in
                 self.policy_class = policy_class
         super().__init__(
             policy=policy,
@@ -177,7 +211,7 @@ class GroupedAlgorithm(BaseAlgorithm):
             device=device,
             support_multi_env=True,
             seed=seed,
-            supported_action_spaces=(spaces.Text,) if self._language_model else (spaces.Discrete, spaces.Box),
+            supported_action_spaces=(spaces.Text,) if self._language_model else ACTION_SPACES,
         )
         self._batch: Groups | None = None
         self.last_train_stats: dict[str, float] = {}
@@ -189,6 +223,10 @@ class GroupedAlgorithm(BaseAlgorithm):
     def _build_env(self, env: Any, n_envs: int | None, seed: int | None) -> VecEnv:
         """The training VecEnv, with the group mode chosen once from the env's facts
         (:func:`tpo_agents.rollout.build_training_env`)."""
+        try:  # set_env(the same object) keeps the live env (see _is_training_env)
+            self._given_env = None if isinstance(env, str) else weakref.ref(env)
+        except TypeError:  # an object that takes no weak reference
+            self._given_env = None
         vec, self._group_mode = build_training_env(
             env,
             algo=type(self).__name__,
@@ -207,7 +245,7 @@ class GroupedAlgorithm(BaseAlgorithm):
 
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
-        return make_training_env(env, None)
+        return transpose_images(make_training_env(env, None))  # channel-last images, as SB3
 
     def _setup_model(self) -> None:
         self._setup_lr_schedule()
@@ -266,7 +304,8 @@ class GroupedAlgorithm(BaseAlgorithm):
 
     def _excluded_save_params(self) -> list[str]:
         # The branch scorer holds the live env's sub-envs: rebuilt from the env after a load.
-        return [*super()._excluded_save_params(), "_batch", "_group_mode", "_np_rng", "_branch_scorer", "_branch_scorer_env"]
+        return [*super()._excluded_save_params(), "_batch", "_group_mode", "_np_rng", "_branch_scorer", "_branch_scorer_env",
+                "_given_env", "_budget_end"]
 
     @classmethod
     def load(
@@ -287,7 +326,7 @@ class GroupedAlgorithm(BaseAlgorithm):
         """
         from tpo_agents.llm.saving import load_kwargs
 
-        check_device(device)
+        device = check_device(device)
         model = super().load(path, env=None, device=device, **load_kwargs(path, kwargs))
         saved_by = model._saved_by  # a file saved before it was recorded keeps cls's (from __init__)
         if saved_by != cls.__name__:
@@ -303,16 +342,34 @@ class GroupedAlgorithm(BaseAlgorithm):
         if "cuda" in resume and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(resume["cuda"])
         if env is not None:
-            model.set_env(env, force_reset=force_reset, env_state=resume.get("env"))
+            model._set_env(env, force_reset, resume.get("env"), from_checkpoint=True)
         return model
 
     def set_env(self, env: GymEnv, force_reset: bool = True, env_state: dict | None = None) -> None:
-        """Use a new env with the same spaces; unlike SB3, the number of envs may differ
-        (the agents keep no per-env buffers). Envs are built as in the constructor.
+        """Use a new env with the same spaces (SB3's ``set_env``); unlike SB3, the number of
+        envs may differ (the agents keep no per-env buffers). Envs are built as in the
+        constructor.
 
-        ``force_reset=False`` keeps the last observation to continue a run; then
-        ``env_state`` (a snapshot saved with the agent) is restored into the env, and an
-        env that cannot take it starts from a reset, with a warning."""
+        The env the agent already trains on (its ``get_env()``, or the object it was built
+        from) is kept as it is: ``force_reset=False`` continues from its last observation,
+        ``force_reset=True`` resets it before the next ``learn``. For another env,
+        ``force_reset=True`` (SB3's default) starts from a reset; ``force_reset=False``
+        keeps the last observation, as SB3 does, when the env is a vector env used as given
+        (an SB3 ``VecEnv`` or Gymnasium ``VectorEnv``: its state is the caller's to vouch
+        for), or restores ``env_state`` (a snapshot saved with the agent) into it; a vector
+        env built here from an id or a ``gym.Env`` has no state to continue and starts from
+        a reset, with a warning, as does an env with another number of sub-envs."""
+        self._set_env(env, force_reset, env_state, from_checkpoint=env_state is not None)
+
+    def _set_env(self, env: GymEnv, force_reset: bool, env_state: dict | None, from_checkpoint: bool) -> None:
+        """:meth:`set_env`; ``from_checkpoint``: ``env_state`` is what ``load`` found in the
+        file (None: nothing was saved), so an env that cannot take it starts from a reset."""
+        if self._is_training_env(env):
+            if force_reset:
+                self._last_obs = None
+                self._episode_in_progress = np.zeros(self.n_envs, dtype=bool)
+            return
+        given = env
         env = self._build_env(env, None, self.seed)
         check_for_correct_spaces(env, self.observation_space, self.action_space)
         self._announce_group_mode()
@@ -322,17 +379,34 @@ class GroupedAlgorithm(BaseAlgorithm):
                 f"force_reset=False: the env has {env.num_envs} sub-envs, the saved run had "
                 f"{self.n_envs}; training continues from a reset env, so it will not replay the "
                 "original run exactly",
-                stacklevel=2,
+                stacklevel=3,
             )
             keep = False
-        if keep:
+        if keep and from_checkpoint:
             keep = _restore_env_state(env, env_state)
+        elif keep and not isinstance(given, VecEnv | VectorEnv):
+            warnings.warn(
+                f"force_reset=False: the vector env built from {given!r} is new (only the agent's "
+                "own env, or a VecEnv / VectorEnv you pass, continues from the last observation); "
+                "training continues from a reset env",
+                stacklevel=3,
+            )
+            keep = False
         self.n_envs = env.num_envs
         self.env = env
         self._vec_normalize_env = unwrap_vec_normalize(env)
         if not keep:
             self._last_obs = None
             self._episode_in_progress = np.zeros(self.n_envs, dtype=bool)
+
+    def _is_training_env(self, env: Any) -> bool:
+        """Whether ``env`` is the env the agent trains on now: its training ``VecEnv``
+        (``get_env()``), or the object that ``VecEnv`` was built from (a ``gym.Env`` it
+        wraps or was built like, a ``VectorEnv``, a ``VecEnv``); never an env id."""
+        if self.env is None or isinstance(env, str):
+            return False
+        given = self._given_env() if self._given_env is not None else None
+        return env is self.env or env is given
 
     # ----------------------------------------------------------- group modes
     def default_group_mode(self, hint: str | None, can_score: bool) -> str:
@@ -346,10 +420,15 @@ class GroupedAlgorithm(BaseAlgorithm):
             self._mode_reason = f"group_mode={self.group_mode!r} as given, on {facts.name}"
             return self.group_mode
         mode = self.default_group_mode(facts.hint, facts.can_score)
-        if isinstance(facts.action_space, spaces.Box) and mode != "single":
-            # Continuous actions: K sampled actions per state, played from copies of the state
-            # (single-sample agents keep "single", which then refuses Box actions clearly).
-            mode = "branch"
+        if not isinstance(facts.action_space, spaces.Discrete) and mode != "single":
+            # Actions that cannot be enumerated: K sampled actions per state. Box actions are
+            # played from copies of the state where they can be made, else (SubprocVecEnv,
+            # VecNormalize, frame stacking, native vector envs) scored by a learned Q(s, a), as
+            # MultiDiscrete and MultiBinary ones are unless the env hints branch or sequence.
+            if isinstance(facts.action_space, spaces.Box):
+                mode = "branch" if facts.branchable else "critic"
+            elif mode in ("all_actions", "per_state") or (mode == "branch" and not facts.branchable):
+                mode = "critic"
         self._mode_reason = f"group_mode='auto' chose {mode!r} on {facts.name}: {_why(mode, facts)}"
         return mode
 
@@ -404,11 +483,13 @@ class GroupedAlgorithm(BaseAlgorithm):
             return None
         if self.critic is None:
             from tpo_agents.rollout.critic import QCritic
+            from tpo_agents.rollout.sampled_critic import SampledActionCritic
 
-            if not isinstance(self.action_space, spaces.Discrete):
-                raise ValueError(f"critic groups need a Discrete action space; got {self.action_space}")
             kwargs = {"seed": self.seed, **self.critic_kwargs}
-            self.critic = QCritic(self.observation_space, int(self.action_space.n), self.device, **kwargs)
+            if isinstance(self.action_space, spaces.Discrete):
+                self.critic = QCritic(self.observation_space, int(self.action_space.n), self.device, **kwargs)
+            else:  # K sampled actions per state, scored by Q(s, a) with the action as input
+                self.critic = SampledActionCritic(self.observation_space, self.action_space, self.device, **kwargs)
         return self.critic
 
     def _step_hook(self, callback: BaseCallback) -> OnStep:
@@ -440,6 +521,7 @@ class GroupedAlgorithm(BaseAlgorithm):
             logp_reduction=self.logp_reduction,
             start_time=self.start_time,
             scorer=self._scorer_for_mode(),
+            steps_left=None if self._budget_end is None else self._budget_end - self.num_timesteps,
         )
         self.policy.set_training_mode(False)
         callback.on_rollout_start()
@@ -542,7 +624,28 @@ class GroupedAlgorithm(BaseAlgorithm):
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfGrouped:
-        """Train for ``total_timesteps`` env steps (see :mod:`tpo_agents.rollout`)."""
+        """Train for ``total_timesteps`` env steps (see :mod:`tpo_agents.rollout`), as SB3's
+        ``learn``: one rollout (:meth:`collect_rollouts`) then its ``n_epochs`` of
+        :meth:`train`, while ``num_timesteps < total_timesteps``, so the run stops within
+        one rollout of the budget: ``N <= num_timesteps < N + (one rollout's env steps)``
+        after ``learn(N)`` (unless a callback stops it). Every step of every sub-env counts.
+        What a rollout is, by group mode:
+
+        * ``critic``, ``per_state``, ``branch``, ``all_actions``: ``ceil(batch_size / n_envs)``
+          vector steps, ``ceil(batch_size / n_envs) * n_envs`` env steps (SB3's
+          ``n_steps * n_envs``; critic replay states and branch lookaheads are not env steps);
+        * ``single``: ``batch_size`` whole episodes, one per sub-env at a time; once the
+          budget is reached no episode starts and the rollout ends when the running ones
+          end, so a run stops before ``N + n_envs * (longest episode)``;
+        * ``sequence`` (MLP policies): ``batch_size`` contexts of K whole episodes each; once
+          the budget is reached no context starts and the started ones finish their K
+          episodes (before ``N + (n_envs + K - 1) * (longest episode)``);
+        * token envs (``TransformerPolicy``, every mode): passes of T tokens (T vector
+          steps) over all sub-envs until ``batch_size`` prompts are done,
+          ``ceil(batch_size / prompts per pass) * T * n_envs`` env steps;
+        * language-model prompt envs (``CausalLMPolicy``): one completion is one step,
+          ``ceil(batch_size / n_envs) * n_envs * K`` of them (K = 1 in ``single``).
+        """
         total_timesteps = timesteps(total_timesteps)
         if self.env is None:
             raise ValueError(
@@ -554,27 +657,36 @@ class GroupedAlgorithm(BaseAlgorithm):
             total_timesteps, callback, reset_num_timesteps, tb_log_name or type(self).__name__, progress_bar
         )
         callback.on_training_start(locals(), globals())
-        while self.num_timesteps < total_timesteps:
-            if not self.collect_rollouts(callback):
-                break
-            iteration += 1
-            self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
-            self.train()
-            if log_interval is not None and iteration % log_interval == 0:
-                self.dump_logs(iteration)
+        self._budget_end = total_timesteps  # whole-episode rollouts start no episode past it
+        try:
+            while self.num_timesteps < total_timesteps:
+                if not self.collect_rollouts(callback):
+                    break
+                iteration += 1
+                self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
+                self.train()
+                if log_interval is not None and iteration % log_interval == 0:
+                    self.dump_logs(iteration)
+        finally:
+            self._budget_end = None
         callback.on_training_end()
         return self
 
-    def dump_logs(self, iteration: int) -> None:
-        """Write the logger's record (stdout / CSV / tensorboard as configured)."""
+    def dump_logs(self, iteration: int = 0) -> None:
+        """Write the logger's record (stdout / CSV / tensorboard as configured); SB3's
+        signature, so callbacks such as ``LogEveryNTimesteps`` can call ``dump_logs()``
+        (``time/iterations`` is recorded when ``iteration > 0``, as in SB3)."""
         elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
-        self.logger.record("time/iterations", iteration, exclude="tensorboard")
+        if iteration > 0:
+            self.logger.record("time/iterations", iteration, exclude="tensorboard")
         if self.ep_info_buffer:
             self.logger.record("rollout/ep_rew_mean", safe_mean([e["r"] for e in self.ep_info_buffer]))
             self.logger.record("rollout/ep_len_mean", safe_mean([e["l"] for e in self.ep_info_buffer]))
         self.logger.record("time/fps", int((self.num_timesteps - self._num_timesteps_at_start) / elapsed))
         self.logger.record("time/time_elapsed", int(elapsed), exclude="tensorboard")
         self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
+        if self.ep_success_buffer:  # filled from info["is_success"] at episode ends (SB3)
+            self.logger.record("rollout/success_rate", safe_mean(self.ep_success_buffer))
         self.logger.dump(step=self.num_timesteps)
 
 
@@ -667,6 +779,11 @@ def _why(mode: str, facts: EnvFacts) -> str:
         return f"your wrappers {list(facts.hidden_by)} hide the env's score_candidates, so K rollouts run through them"
     if mode == "branch":
         return "Box actions: K sampled actions per state, each played from a copy of the state"
+    if mode == "critic" and not isinstance(facts.action_space, spaces.Discrete):
+        no_copy = "" if facts.branchable or not isinstance(facts.action_space, spaces.Box) else (
+            "the env's state cannot be copied for branch groups here, so "
+        )
+        return f"{no_copy}K actions sampled per state are scored by a learned critic Q(s, a) of the action"
     if mode == "critic":
         return "the env neither scores candidates nor hints a group mode: every action is scored by a learned critic"
     if mode == "single":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -39,15 +40,20 @@ def timesteps(value: Any) -> int:
     return int(value)
 
 
-def check_device(device: torch.device | str) -> None:
+def check_device(device: torch.device | str) -> torch.device | str:
+    """The device to use: ``device`` itself, or ``"cpu"`` (with a warning) when it names an
+    accelerator this torch cannot reach, as SB3's ``get_device`` falls back to the CPU when
+    CUDA is missing (SB3 does so silently; MPS falls back the same way here)."""
     kind = torch.device(device).type if device != "auto" else "auto"
+    missing = None
     if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
-            f"device={device!r} but CUDA is not available to this torch "
-            f"({torch.__version__}); use device='cpu' or 'auto'"
-        )
+        missing = f"CUDA is not available to this torch ({torch.__version__})"
     if kind == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device={device!r} but MPS is not available; use device='cpu' or 'auto'")
+        missing = "MPS is not available"
+    if missing is None:
+        return device
+    warnings.warn(f"device={device!r} but {missing}: using the CPU instead (as SB3 does)", stacklevel=3)
+    return "cpu"
 
 
 def check_learning_rate(learning_rate: Any) -> None:

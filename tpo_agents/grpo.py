@@ -90,7 +90,9 @@ class GRPO(GroupedAlgorithm):
         # Critic groups hold every action of a state, not samples: weighting each by pi_old
         # makes the surrogate the expected advantage sum_a pi_old(a) rho_a A_a = sum_a pi(a) A_a
         # (a uniform sum over actions is not a policy gradient and unlearned IdentityEnv).
-        weights = frozen["old_logp"].exp() if batch.standardized else None
+        # Sampled candidates (MultiDiscrete, MultiBinary, Box) are already drawn from pi_old:
+        # their uniform mean is that expectation.
+        weights = frozen["old_logp"].exp() if batch.standardized and not getattr(batch, "sampled", False) else None
         return obj.grpo_loss(
             g(batch, logp),
             g(batch, frozen["old_logp"]),

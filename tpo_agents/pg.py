@@ -118,6 +118,11 @@ class PG(GroupedAlgorithm):
 
     def _pi_squared(self, batch: GroupBatch) -> torch.Tensor:
         """``sum_a pi(a | x)^2`` at each candidate's first state (rollout policy)."""
+        if not hasattr(self.policy, "action_log_probs"):
+            raise ValueError(
+                f"baseline='pi_squared' sums pi(a)^2 over a Discrete action space; the "
+                f"{self.action_space} actions of this env have none: use baseline='batch_mean'"
+            )
         first = torch.full((batch.n_groups * batch.group_size,), batch.n_steps, dtype=torch.long)
         first = first.scatter_reduce(0, batch.step_candidate, torch.arange(batch.n_steps), reduce="amin")
         obs, _ = self.policy.obs_to_tensor(batch.states)

@@ -48,6 +48,13 @@ class TPO(GroupedAlgorithm):
         return "sequence" if hint == "per_state" else "critic"
 
     def prepare(self, batch: GroupBatch) -> dict[str, torch.Tensor]:
+        if batch.group_size < 2:
+            # One candidate per group (a one-action space: every action is the group): the
+            # target is that candidate, as the policy is within the group, so the update is
+            # exactly zero and compute_loss takes no step.
+            ones = batch.mask.float()
+            return {"u": torch.zeros_like(ones), "q": ones,
+                    "zero_variance": torch.ones(batch.n_groups, dtype=torch.bool, device=ones.device)}
         if batch.standardized:  # critic groups: advantages on one batch-wide scale
             u = batch.scores.masked_fill(~batch.mask, 0.0)
         else:
@@ -64,6 +71,8 @@ class TPO(GroupedAlgorithm):
         the policy; when every group is zero-variance no step is taken at all (the update
         stops by itself). With ``anchor=False`` the target does not depend on p_old and
         every group counts."""
+        if batch.group_size < 2:  # q = p within a one-candidate group: nothing to learn
+            return None
         zero = frozen["zero_variance"]
         if self._params_moved or not self.anchor:
             return obj.tpo_loss(logp, frozen["q"], mask=batch.mask)
@@ -72,6 +81,8 @@ class TPO(GroupedAlgorithm):
         return obj.tpo_loss(logp, frozen["q"], mask=batch.mask, groups=None if not zero.any() else ~zero)
 
     def diagnostics(self, batch: GroupBatch, frozen: dict[str, torch.Tensor]) -> dict[str, float]:
+        if batch.group_size < 2:
+            return {"target_entropy": 0.0, "kl_target_old": 0.0, "zero_variance_frac": 1.0}
         q = frozen["q"]
         return {
             "target_entropy": obj.target_entropy(q).mean().item(),

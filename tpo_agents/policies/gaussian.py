@@ -32,7 +32,8 @@ class GaussianMlpPolicy(BasePolicy):
     ``predict(obs, deterministic=True)`` is the mean.
 
     :param observation_space: any space SB3's extractors take.
-    :param action_space: a bounded or unbounded ``Box``.
+    :param action_space: a bounded or unbounded ``Box`` of any shape (flattened to ``d``
+        dimensions inside the policy; a candidate's log-density sums over them).
     :param lr_schedule: learning-rate schedule (its value at progress 1 is the start lr).
     :param net_arch: hidden layer sizes of the mean network.
     :param activation_fn: activation class between hidden layers.
@@ -55,8 +56,8 @@ class GaussianMlpPolicy(BasePolicy):
         optimizer_class: type[torch.optim.Optimizer] = torch.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
     ):
-        if not isinstance(action_space, spaces.Box) or len(action_space.shape) != 1:
-            raise ValueError(f"GaussianMlpPolicy needs a one-dimensional Box action space; got {action_space}")
+        if not isinstance(action_space, spaces.Box):
+            raise ValueError(f"GaussianMlpPolicy needs a Box action space; got {action_space}")
         super().__init__(
             observation_space,
             action_space,
@@ -70,7 +71,7 @@ class GaussianMlpPolicy(BasePolicy):
         self.activation_fn = activation_fn
         self.log_std_init = float(log_std_init)
         self.features_extractor = self.make_features_extractor()
-        dim = int(action_space.shape[0])
+        dim = int(np.prod(action_space.shape))  # a multi-dimensional Box is flattened
         self.mean_net = nn.Sequential(*create_mlp(self.features_extractor.features_dim, dim, self.net_arch, activation_fn))
         self.log_std = nn.Parameter(torch.full((dim,), self.log_std_init))
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
@@ -91,8 +92,10 @@ class GaussianMlpPolicy(BasePolicy):
         return torch.distributions.Normal(mean, std).log_prob(actions.to(mean)).sum(-1)
 
     def env_actions(self, actions: np.ndarray) -> np.ndarray:
-        """Actions as the env takes them: clipped to the ``Box`` bounds."""
-        return np.clip(np.asarray(actions, dtype=self.action_space.dtype), self.action_space.low, self.action_space.high)
+        """Actions (``[..., d]``) as the env takes them: in the ``Box``'s shape, clipped to its bounds."""
+        actions = np.asarray(actions, dtype=self.action_space.dtype)
+        actions = actions.reshape(*actions.shape[:-1], *self.action_space.shape)
+        return np.clip(actions, self.action_space.low, self.action_space.high)
 
     def forward(self, obs: PyTorchObs, deterministic: bool = False) -> torch.Tensor:
         return self._predict(obs, deterministic)

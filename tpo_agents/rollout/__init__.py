@@ -13,7 +13,9 @@ Modules: :mod:`~.context` (the context and the collector base), :mod:`~.modes` (
 modes, collector tables), :mod:`~.step` / :mod:`~.token` / :mod:`~.lm` (collectors of
 step-level, token-level and language-model policies), :mod:`~.scoring` (candidate
 scores), :mod:`~.batches` (every batch, the language-model one included),
-:mod:`~.branching` and :mod:`~.critic` (the scorers of ``branch`` and ``critic`` groups).
+:mod:`~.branching` and :mod:`~.critic` (the scorers of ``branch`` and ``critic`` groups),
+:mod:`~.observations` (how batches of observations, arrays or ``Dict`` spaces' dicts of
+arrays, are stacked, copied, indexed and stored).
 The training env: :mod:`~.facts` (what the user's env is and offers, read only),
 :mod:`~.envs` (the SB3 ``VecEnv`` adapters and wrappers the agents add, env snapshots) and
 :mod:`~.training_env` (the builder: ``build_training_env``, ``make_training_env``), which

@@ -71,7 +71,9 @@ class Groups:
 class GroupBatch(Groups):
     """Candidates, frozen rollout-time log-probs and raw scores of G groups of K.
 
-    :param states: observations, one row per distinct state (numpy, as the env gives them).
+    :param states: observations, one row per distinct state (numpy, as the env gives them;
+        for ``Dict`` spaces a dict of arrays with that leading axis,
+        :mod:`~tpo_agents.rollout.observations`).
     :param step_state: ``[n_steps]`` index into ``states`` of each step.
     :param step_action: ``[n_steps]`` action of each step (``[n_steps, d]`` for ``Box`` actions).
     :param step_candidate: ``[n_steps]`` flat candidate index ``g * K + k`` of each step.
@@ -81,9 +83,10 @@ class GroupBatch(Groups):
     :param baseline: ``[G]`` optional per-group baseline for single-sample methods.
     :param logp_reduction: ``"sum"`` (the paper) or ``"mean"`` over a candidate's steps.
     :param standardized: ``scores`` are already standardized (see the attribute).
+    :param sampled: the candidates are samples from ``pi_old`` (see the attribute).
     """
 
-    states: np.ndarray
+    states: np.ndarray | dict[str, np.ndarray]
     step_state: torch.Tensor
     step_action: torch.Tensor
     step_candidate: torch.Tensor
@@ -95,6 +98,11 @@ class GroupBatch(Groups):
     standardized: bool = False
     """The scores are already the objective's standardized scores ``u`` (critic groups:
     advantages on one batch-wide scale), not to be standardized again within each group."""
+    sampled: bool = False
+    """The candidates are actions sampled from ``pi_old`` at the state (critic groups of
+    ``MultiDiscrete``, ``MultiBinary`` and ``Box`` actions), not every action of it: an
+    objective that weights every action by ``pi_old`` (GRPO on critic groups) weights these
+    uniformly, since sampling already did."""
 
     def __post_init__(self) -> None:
         if self.logp_reduction not in LOGP_REDUCTIONS:
@@ -130,7 +138,12 @@ class GroupBatch(Groups):
         }
         baseline = None if self.baseline is None else self.baseline.to(device)
         return GroupBatch(
-            self.states, baseline=baseline, logp_reduction=self.logp_reduction, standardized=self.standardized, **moved
+            self.states,
+            baseline=baseline,
+            logp_reduction=self.logp_reduction,
+            standardized=self.standardized,
+            sampled=self.sampled,
+            **moved,
         )
 
 

@@ -19,7 +19,8 @@ an observation wrapper, whose observations the branch would not see. The branch 
 ``num_timesteps`` but in :attr:`BranchScorer.env_steps` (logged as
 ``rollout/branch_env_steps``).
 
-Supported: SB3 ``DummyVecEnv`` (optionally under ``VecMonitor``), the env ``TPO`` builds
+Supported: SB3 ``DummyVecEnv`` (optionally under ``VecMonitor`` and the agents'
+``VecTransposeImage``), the env ``TPO`` builds
 from an id or a ``gym.Env``. Not supported: ``SubprocVecEnv`` (the state lives in another
 process), native vector envs, and ``VecNormalize``/frame stacking (their statistics would
 not follow the branch): each raises a ``ValueError`` saying so.
@@ -34,9 +35,16 @@ import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper, VecMonitor
+from stable_baselines3.common.vec_env import (
+    DummyVecEnv,
+    VecEnv,
+    VecEnvWrapper,
+    VecMonitor,
+    VecTransposeImage,
+)
 
 from tpo_agents.checks import int_at_least, real_number
+from tpo_agents.rollout.observations import stack_obs
 
 __all__ = ["BranchScorer", "branchable_envs"]
 
@@ -46,7 +54,9 @@ def branchable_envs(vec_env: VecEnv) -> list[Any]:
     out); ``ValueError`` when the vector env keeps its state where a copy cannot reach."""
     base = vec_env
     while isinstance(base, VecEnvWrapper):
-        if not isinstance(base, VecMonitor):
+        # VecTransposeImage keeps no state: a branch's raw (channel-last) images are
+        # transposed by the policy's obs_to_tensor, as in predict.
+        if not isinstance(base, VecMonitor | VecTransposeImage):
             raise ValueError(
                 f"group_mode='branch' cannot branch through {type(base).__name__}: its state "
                 "(normalization statistics, stacked frames) would not follow the copies; "
@@ -105,7 +115,7 @@ class BranchScorer:
                 discount, obs = 1.0, None
                 for t in range(self.horizon):
                     if t > 0:
-                        obs_t, _ = policy.obs_to_tensor(np.asarray(obs)[None])
+                        obs_t, _ = policy.obs_to_tensor(stack_obs([obs]))
                         action = policy.sample_actions(obs_t, 1)[0, 0].cpu().numpy()
                     a = policy.env_actions(np.asarray(action))
                     obs, r, terminated, truncated, _ = base.step(a.item() if a.ndim == 0 else a)
@@ -152,7 +162,7 @@ class BranchScorer:
                 idx = np.flatnonzero(active)
                 if len(idx) == 0:
                     break
-                obs_t, _ = policy.obs_to_tensor(np.stack([obs[j] for j in idx]))
+                obs_t, _ = policy.obs_to_tensor(stack_obs([obs[j] for j in idx]))
                 actions[idx] = policy.sample_actions(obs_t, 1)[:, 0].cpu().numpy()
             stepped = policy.env_actions(actions)
             for j in np.flatnonzero(active):

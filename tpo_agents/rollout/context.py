@@ -44,6 +44,10 @@ class RolloutContext:
     :param scorer: what scores the candidates of ``critic`` groups (the learned
         :class:`~tpo_agents.rollout.critic.QCritic`) or ``branch`` groups
         (:class:`~tpo_agents.rollout.branching.BranchScorer`); None in other modes.
+    :param steps_left: env steps left in ``learn``'s budget when the rollout starts,
+        counted down by :meth:`step` (None: no budget, e.g. ``collect_rollouts`` called
+        outside ``learn``). Collectors of whole episodes start no new episode (context)
+        once it is spent (:attr:`budget_spent`) and return the groups they started.
     """
 
     env: Any
@@ -57,6 +61,7 @@ class RolloutContext:
     logp_reduction: str = "sum"
     start_time: int = field(default=0)
     scorer: Any = None
+    steps_left: int | None = None
 
     @property
     def n_envs(self) -> int:
@@ -66,6 +71,11 @@ class RolloutContext:
     def device(self) -> torch.device:
         return self.policy.device
 
+    @property
+    def budget_spent(self) -> bool:
+        """Whether ``learn``'s budget is reached (never when there is none)."""
+        return self.steps_left is not None and self.steps_left <= 0
+
     def step(self, actions: np.ndarray, n_counted: int | None = None):
         """Step every sub-env; ``(new_obs, rewards, dones, infos)``, or None when a callback
         stopped training. ``n_counted`` timesteps are counted (default: one per sub-env)."""
@@ -73,7 +83,10 @@ class RolloutContext:
         self.check_rewards(rewards, "env.step")
         self.last_obs = new_obs
         self.episode_in_progress = ~np.asarray(dones, dtype=bool)
-        if not self.on_step(new_obs, rewards, dones, infos, self.n_envs if n_counted is None else n_counted):
+        counted = self.n_envs if n_counted is None else n_counted
+        if self.steps_left is not None:
+            self.steps_left -= counted
+        if not self.on_step(new_obs, rewards, dones, infos, counted):
             return None
         return new_obs, rewards, dones, infos
 

@@ -19,13 +19,43 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium import spaces
-from stable_baselines3.common.preprocessing import get_flattened_obs_dim, preprocess_obs
+from stable_baselines3.common.preprocessing import (
+    get_flattened_obs_dim,
+    is_image_space,
+    preprocess_obs,
+)
+from stable_baselines3.common.torch_layers import (
+    BaseFeaturesExtractor,
+    CombinedExtractor,
+    NatureCNN,
+)
+from stable_baselines3.common.utils import obs_as_tensor
 from torch import nn
 
 from tpo_agents import objectives as obj
 from tpo_agents.checks import int_at_least, real_number
+from tpo_agents.rollout.observations import obs_buffer, obs_len, put_obs, take_obs
 
-__all__ = ["QCritic", "QEnsemble", "critic_advantages", "target_residual"]
+__all__ = ["QCritic", "QEnsemble", "critic_advantages", "critic_features_extractor", "target_residual"]
+
+
+def critic_features_extractor(
+    observation_space: spaces.Space,
+    features_extractor_class: type[BaseFeaturesExtractor] | None = None,
+    features_extractor_kwargs: dict[str, Any] | None = None,
+) -> BaseFeaturesExtractor | None:
+    """The critic's trainable observation encoder, as SB3's policies pick one: SB3's
+    ``CombinedExtractor`` for ``Dict`` observations (a ``NatureCNN`` per image key, the
+    other keys flattened), ``NatureCNN`` for images, ``features_extractor_class`` when given;
+    None for the other spaces, which the critic reads flattened (``Discrete`` one-hot)."""
+    if features_extractor_class is None:
+        if isinstance(observation_space, spaces.Dict):
+            features_extractor_class = CombinedExtractor
+        elif is_image_space(observation_space):
+            features_extractor_class = NatureCNN
+        else:
+            return None
+    return features_extractor_class(observation_space, **(features_extractor_kwargs or {}))
 
 
 def critic_advantages(
@@ -84,7 +114,10 @@ class QEnsemble(nn.Module):
 class QCritic:
     """``Q(s, .)`` for a ``Discrete`` action space, with its replay, optimizer and target net.
 
-    :param observation_space: the env's observation space (any SB3 preprocessable space).
+    :param observation_space: the env's observation space (any SB3 preprocessable space;
+        ``Dict`` and image observations go through a trainable features extractor,
+        :func:`critic_features_extractor`, trained with the critic and Polyak-averaged with
+        its target; the others are read flattened).
     :param n_actions: the number of actions.
     :param gamma: discount.
     :param net_arch: hidden layer sizes.
@@ -120,6 +153,10 @@ class QCritic:
         fitted whenever it is drawn into the pool: 8 solved non-slippery FrozenLake on 5 of 5
         seeds for TPO and GRPO (4 of 5 uniformly) but held CartPole under 200 (2 seeds), where
         the largest residuals sit at rarely decisive states; so it is not the default.
+    :param features_extractor_class: the critic's observation encoder (SB3 features
+        extractor); default :func:`critic_features_extractor`'s choice.
+    :param features_extractor_kwargs: its keyword arguments.
+    :param normalize_images: divide image observations by 255 (SB3's ``preprocess_obs``).
     :param learning_starts: transitions the critic trains on before its advantages move the
         policy (until then they are 0, so the agent keeps its initial, exploratory policy):
         an unconverged critic's small, consistent errors can otherwise steer the policy into
@@ -145,6 +182,9 @@ class QCritic:
         noise_scale: float = 1.0,
         replay_states: float = 1.0,
         replay_pool: int = 1,
+        features_extractor_class: type[BaseFeaturesExtractor] | None = None,
+        features_extractor_kwargs: dict[str, Any] | None = None,
+        normalize_images: bool = True,
         seed: int | None = None,
     ):
         self.observation_space, self.n_actions, self.device = observation_space, n_actions, torch.device(device)
@@ -158,9 +198,17 @@ class QCritic:
         self.noise_scale = real_number("noise_scale", noise_scale, at_least=0.0)
         self.replay_states_ratio = real_number("replay_states", replay_states, at_least=0.0)
         self.replay_pool = int_at_least("replay_pool", replay_pool, 1)
-        self.q = QEnsemble(get_flattened_obs_dim(observation_space), n_actions, net_arch, self.n_critics).to(self.device)
+        self.normalize_images = bool(normalize_images)
+        extractor = critic_features_extractor(observation_space, features_extractor_class, features_extractor_kwargs)
+        self.features_extractor = None if extractor is None else extractor.to(self.device)
+        """The trainable observation encoder (Dict and image observations), else None."""
+        self.features_extractor_target = (
+            None if extractor is None else copy.deepcopy(self.features_extractor).requires_grad_(False)
+        )
+        in_dim = get_flattened_obs_dim(observation_space) if extractor is None else extractor.features_dim
+        self.q = QEnsemble(in_dim, n_actions, net_arch, self.n_critics).to(self.device)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=learning_rate)
+        self.optimizer = torch.optim.Adam([*self.q.parameters(), *self._extractor_parameters()], lr=learning_rate)
         self.rng = np.random.default_rng(seed)
         self.buffer_size = buffer_size
         self._data: dict[str, np.ndarray] | None = None
@@ -172,30 +220,59 @@ class QCritic:
         # A critic pickled (with its agent) before value_floor existed keeps the rule it was
         # trained with: no floor.
         state.setdefault("value_floor", 0.0)
+        state.setdefault("features_extractor", None)  # flat observations (before Dict / images)
+        state.setdefault("features_extractor_target", None)
+        state.setdefault("normalize_images", True)
+        rows = state.pop("_data_rows", None)
+        if rows is not None:  # the replay was pickled without its unwritten rows: put them back
+            filled = state["_data"]
+            state["_data"] = {k: obs_buffer(v, rows) for k, v in filled.items()}
+            for k, v in filled.items():
+                put_obs(state["_data"][k], slice(0, obs_len(v)), v)
         self.__dict__.update(state)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Only the written rows of the replay travel with the agent: an image replay is
+        # mostly rows not yet written (50,000 36x36 RGB frames, twice, are 389 MB).
+        state = self.__dict__.copy()
+        if self._data is not None and self._n < self.buffer_size:
+            state["_data"] = {k: take_obs(v, slice(0, self._n)) for k, v in self._data.items()}
+            state["_data_rows"] = self.buffer_size
+        return state
+
+    def _extractor_parameters(self, target: bool = False) -> list[nn.Parameter]:
+        extractor = self.features_extractor_target if target else self.features_extractor
+        return [] if extractor is None else list(extractor.parameters())
+
     # ---------------------------------------------------------------- replay
-    def _features(self, obs: Any) -> torch.Tensor:
-        t = torch.as_tensor(np.asarray(obs), device=self.device)
-        return preprocess_obs(t, self.observation_space).float().flatten(1)
+    def _features(self, obs: Any, target: bool = False) -> torch.Tensor:
+        """The critic's input for a batch of observations (an array, or a dict of arrays):
+        ``[N, features]``, through the (target, with ``target``) features extractor."""
+        extractor = self.features_extractor_target if target else self.features_extractor
+        if extractor is None:
+            t = torch.as_tensor(np.asarray(obs), device=self.device)
+            return preprocess_obs(t, self.observation_space).float().flatten(1)
+        t = obs_as_tensor(obs if isinstance(obs, dict) else np.asarray(obs), self.device)
+        return extractor(preprocess_obs(t, self.observation_space, normalize_images=self.normalize_images)).float()
 
     def add(self, obs, actions, rewards, next_obs, terminated) -> None:
         """Store one vector step of transitions (``next_obs``: the true next observations,
         terminal ones included)."""
-        obs, next_obs = np.asarray(obs), np.asarray(next_obs)
+        if not isinstance(obs, dict):  # a Dict space's batches stay dicts of arrays
+            obs, next_obs = np.asarray(obs), np.asarray(next_obs)
         n = len(actions)
         if self._data is None:
-            shape = (self.buffer_size, *obs.shape[1:])
             self._data = {
-                "obs": np.zeros(shape, dtype=obs.dtype),
-                "next_obs": np.zeros(shape, dtype=obs.dtype),
+                "obs": obs_buffer(obs, self.buffer_size),
+                "next_obs": obs_buffer(obs, self.buffer_size),
                 "actions": np.zeros(self.buffer_size, dtype=np.int64),
                 "rewards": np.zeros(self.buffer_size, dtype=np.float32),
                 "terminated": np.zeros(self.buffer_size, dtype=np.float32),
             }
         idx = (self._pos + np.arange(n)) % self.buffer_size
         d = self._data
-        d["obs"][idx], d["next_obs"][idx] = obs, next_obs
+        put_obs(d["obs"], idx, obs)
+        put_obs(d["next_obs"], idx, next_obs)
         d["actions"][idx], d["rewards"][idx], d["terminated"][idx] = actions, rewards, terminated
         self._pos = int((self._pos + n) % self.buffer_size)
         self._n = min(self._n + n, self.buffer_size)
@@ -210,15 +287,15 @@ class QCritic:
         if n == 0 or self._n == 0:
             return None
         if self.replay_pool <= 1 or policy is None:
-            return self._data["obs"][self.rng.integers(0, self._n, size=n)]
-        pool = self._data["obs"][self.rng.integers(0, self._n, size=n * self.replay_pool)]
+            return take_obs(self._data["obs"], self.rng.integers(0, self._n, size=n))
+        pool = take_obs(self._data["obs"], self.rng.integers(0, self._n, size=n * self.replay_pool))
         with torch.no_grad():
             obs_t, _ = policy.obs_to_tensor(pool)
             logp = policy.action_log_probs(obs_t).float().cpu()
             weight = target_residual(logp, self.advantages(pool, policy)).numpy().astype(np.float64)
         if not weight.sum() > 0:  # the policy already is its target everywhere in the pool
-            return pool[:n]
-        return pool[self.rng.choice(len(pool), size=n, replace=True, p=weight / weight.sum())]
+            return take_obs(pool, slice(0, n))
+        return take_obs(pool, self.rng.choice(obs_len(pool), size=n, replace=True, p=weight / weight.sum()))
 
     # ---------------------------------------------------------------- learning
     def update(self, policy) -> float:
@@ -231,9 +308,9 @@ class QCritic:
         d, losses = self._data, []
         for _ in range(steps):
             i = self.rng.integers(0, self._n, size=self.batch_size)
-            s, s2 = self._features(d["obs"][i]), self._features(d["next_obs"][i])
+            s, s2 = self._features(take_obs(d["obs"], i)), self._features(take_obs(d["next_obs"], i), target=True)
             with torch.no_grad():
-                obs2, _ = policy.obs_to_tensor(d["next_obs"][i])
+                obs2, _ = policy.obs_to_tensor(take_obs(d["next_obs"], i))
                 pi2 = policy.action_log_probs(obs2).exp().to(self.device)
                 v2 = (pi2 * self.q_target(s2)).sum(-1)  # [n_critics, batch]
                 r = torch.as_tensor(d["rewards"][i], device=self.device)
@@ -246,7 +323,8 @@ class QCritic:
             loss.backward()
             self.optimizer.step()
             with torch.no_grad():
-                for p, pt in zip(self.q.parameters(), self.q_target.parameters()):
+                online = [*self.q.parameters(), *self._extractor_parameters()]
+                for p, pt in zip(online, [*self.q_target.parameters(), *self._extractor_parameters(target=True)]):
                     pt.mul_(1 - self.tau).add_(p, alpha=self.tau)
             losses.append(loss.item())
         return float(np.mean(losses))

@@ -2,7 +2,8 @@
 
 :class:`GymnasiumVecEnv` shows a Gymnasium ``VectorEnv`` (every tpo_gym env's native
 vector implementation) as an SB3 ``VecEnv``, so a rollout step is one call, not a Python
-loop; :class:`RewardRangeCheck` refuses rewards float32 cannot hold;
+loop; :class:`RewardRangeCheck` refuses rewards float32 cannot hold; :func:`transpose_images`
+puts channel-last image envs in SB3's ``VecTransposeImage`` (as SB3's ``_wrap_env`` does);
 :func:`dummy_vec_env_state` / :func:`restore_dummy_vec_env_state` snapshot an SB3
 ``DummyVecEnv`` for checkpoints. The training env is assembled from these by
 :func:`tpo_agents.rollout.training_env.make_training_env`.
@@ -15,8 +16,19 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+from stable_baselines3.common.preprocessing import (
+    check_for_nested_spaces,
+    is_image_space,
+    is_image_space_channels_first,
+)
+from stable_baselines3.common.vec_env import (
+    DummyVecEnv,
+    VecEnv,
+    VecTransposeImage,
+    is_vecenv_wrapped,
+)
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvStepReturn
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -39,10 +51,44 @@ def check_reward_range(rewards: Any, where: str = "env.step") -> np.ndarray:
 class RewardRangeCheck(gym.Wrapper):
     """Raises on a reward float32 cannot represent, before ``DummyVecEnv`` stores it as inf."""
 
+    def reset(self, **kwargs):
+        # Only what the caller gave: ``gym.Wrapper.reset`` would pass ``options=None`` on to
+        # envs whose ``reset(self, seed=None)`` takes no options (SB3's Monitor passes
+        # ``**kwargs`` through, and DummyVecEnv gives ``options`` only when set).
+        return self.env.reset(**kwargs)
+
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         check_reward_range(reward)
         return obs, reward, terminated, truncated, info
+
+
+def needs_image_transpose(observation_space: spaces.Space) -> bool:
+    """Whether SB3 would wrap an env with this observation space in ``VecTransposeImage``:
+    a channel-last image, or a ``Dict`` with at least one channel-last image key."""
+    if isinstance(observation_space, spaces.Dict):
+        return any(
+            is_image_space(space) and not is_image_space_channels_first(space)  # type: ignore[arg-type]
+            for space in observation_space.spaces.values()
+        )
+    return is_image_space(observation_space) and not is_image_space_channels_first(observation_space)  # type: ignore[arg-type]
+
+
+def transpose_images(venv: VecEnv) -> VecEnv:
+    """``venv`` in SB3's ``VecTransposeImage`` when its images are channel-last (PyTorch's
+    convolutions read channel-first), as SB3's ``BaseAlgorithm._wrap_env`` does; unchanged
+    otherwise, and when it is wrapped already. Nested ``Dict`` spaces are refused, as in SB3."""
+    check_for_nested_spaces(venv.observation_space)
+    if not is_vecenv_wrapped(venv, VecTransposeImage) and needs_image_transpose(venv.observation_space):
+        venv = VecTransposeImage(venv)
+    return venv
+
+
+def _below_image_transpose(vec_env: Any) -> Any:
+    """The vector env under SB3's stateless ``VecTransposeImage`` wrappers."""
+    while isinstance(vec_env, VecTransposeImage):
+        vec_env = vec_env.venv
+    return vec_env
 
 
 class GymnasiumVecEnv(VecEnv):
@@ -177,6 +223,7 @@ def dummy_vec_env_state(vec_env: Any, limit_bytes: int | None = None) -> dict[st
 
     import cloudpickle
 
+    vec_env = _below_image_transpose(vec_env)
     if not isinstance(vec_env, DummyVecEnv):
         return None
     limit = DUMMY_SNAPSHOT_LIMIT_BYTES if limit_bytes is None else limit_bytes
@@ -198,6 +245,7 @@ def dummy_vec_env_state(vec_env: Any, limit_bytes: int | None = None) -> dict[st
 def restore_dummy_vec_env_state(vec_env: Any, state: dict[str, Any]) -> None:
     """Put a :func:`dummy_vec_env_state` snapshot into ``vec_env``; ``ValueError`` naming
     the mismatch when it is not a DummyVecEnv of as many sub-envs of the same classes."""
+    vec_env = _below_image_transpose(vec_env)
     if not isinstance(vec_env, DummyVecEnv):
         raise ValueError(f"the saved state is a DummyVecEnv's; the env is a {type(vec_env).__name__}")
     have = [type(e.unwrapped).__name__ for e in vec_env.envs]

@@ -49,6 +49,11 @@ class EnvFacts:
         vector env is sized to gather a whole batch in one pass.
     :param observation_space: a single env's observation space.
     :param action_space: a single env's action space.
+    :param branchable: ``branch`` groups can copy the state of the vector env it trains in (an
+        SB3 ``DummyVecEnv``, under no wrapper but ``VecMonitor``, as the agents build from an
+        id or a ``gym.Env``); False for a ``SubprocVecEnv``, under ``VecNormalize`` or frame
+        stacking, and for native vector envs. Set by the builder
+        (:func:`~tpo_agents.rollout.training_env.build_training_env`).
     """
 
     name: str
@@ -58,6 +63,7 @@ class EnvFacts:
     native: bool = False
     observation_space: Any = None
     action_space: Any = None
+    branchable: bool = True
 
 
 # ------------------------------------------------------------------ registration
@@ -97,6 +103,8 @@ def env_name(env: Any) -> str:
 
 def vec_env_name(vec: VecEnv) -> str:
     """An SB3 ``VecEnv``'s first sub-env id when registered, else its class name."""
+    # Every gym.Env has a ``spec`` (None when unregistered; an EnvSpec pickles), so this
+    # get_attr is safe in a SubprocVecEnv worker too.
     try:
         spec = vec.get_attr("spec", indices=[0])[0]
     except AttributeError:
@@ -171,11 +179,10 @@ def env_facts(env: Any) -> EnvFacts:
     An env id is made once as a single env to read its facts."""
     if isinstance(env, VecEnv):
         hint = (env.get_attr("metadata", indices=[0])[0] or {}).get("tpo_group_mode")
-        try:
-            env.get_attr("score_candidates", indices=[0])
-            scores = True
-        except AttributeError:
-            scores = False
+        # has_attr, never get_attr, for what may be missing or unpicklable: a SubprocVecEnv
+        # worker dies on an AttributeError or on a value it cannot pickle back (a bound
+        # method), and the user's vec env with it.
+        scores = env.has_attr("score_candidates")
         hidden = tuple(scores_hidden_by_wrappers(env))
         return EnvFacts(vec_env_name(env), hint, scores and not hidden, hidden,
                         observation_space=env.observation_space, action_space=env.action_space)

@@ -21,7 +21,9 @@
     Envs without scores of their own (CartPole, FrozenLake, ...): at each visited state one
     sampled action is followed and the group is every action, scored by a learned
     ``Q(s, a)`` (:class:`~tpo_agents.rollout.critic.QCritic`, trained off-policy on the
-    transitions before the batch is scored).
+    transitions before the batch is scored). ``MultiDiscrete``, ``MultiBinary`` and ``Box``
+    actions: the group is K actions sampled at the state, scored by a learned ``Q(s, a)``
+    with the action as input (:class:`~tpo_agents.rollout.sampled_critic.SampledActionCritic`).
 ``single``
     One sampled rollout per context (PG, DG, batch-standardized GRPO): K = 1, the score
     is the episode return, and the batch is collected with the env's own autoreset.
@@ -37,17 +39,29 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from gymnasium import spaces
 
+from tpo_agents.policies.base import CategoricalPolicy
 from tpo_agents.rollout.batches import GroupBatch
 from tpo_agents.rollout.context import Collector, RolloutContext
 from tpo_agents.rollout.envs import GymnasiumVecEnv
+from tpo_agents.rollout.observations import (
+    Obs,
+    as_vec_obs,
+    concat_obs,
+    copy_obs,
+    obs_len,
+    set_obs_row,
+    take_obs,
+)
 from tpo_agents.rollout.scoring import score_candidates
 
 __all__ = ["STEP_COLLECTORS", "AllActionsCollector", "BranchCollector", "CriticCollector", "PerStateCollector", "SequenceCollector", "SingleCollector"]
 
 
-def _stack_states(states: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate([np.asarray(s) for s in states], axis=0)
+def _stack_states(states: list[Obs]) -> Obs:
+    """Batches of observations joined (arrays, or dicts of arrays: :mod:`~.observations`)."""
+    return concat_obs(states)
 
 
 def _state_groups(
@@ -102,10 +116,10 @@ class AllActionsCollector(Collector):
 def _true_next_obs(new_obs: np.ndarray, dones: np.ndarray, infos: list[dict]) -> np.ndarray:
     """Next observations with each finished sub-env's terminal observation (the vector env
     has already reset it)."""
-    next_obs = np.array(new_obs, copy=True)
+    next_obs = copy_obs(new_obs)
     for i in np.flatnonzero(dones):
         if "terminal_observation" in infos[i]:
-            next_obs[i] = infos[i]["terminal_observation"]
+            set_obs_row(next_obs, i, infos[i]["terminal_observation"])
     return next_obs
 
 
@@ -116,6 +130,8 @@ class CriticCollector(Collector):
     mode = "critic"
 
     def collect(self, ctx: RolloutContext, n_groups: int) -> GroupBatch | None:
+        if getattr(ctx.scorer, "sampled", False):
+            return self._collect_sampled(ctx, n_groups)
         n_actions = int(ctx.env.action_space.n)
         states = []
         collected = 0
@@ -133,12 +149,42 @@ class CriticCollector(Collector):
             collected += len(actions)
         ctx.scorer.update(ctx.policy)
         fitted = _stack_states(states)
-        replayed = ctx.scorer.replay_states(len(fitted), ctx.policy)
+        replayed = ctx.scorer.replay_states(obs_len(fitted), ctx.policy)
         if replayed is not None:
-            fitted = np.concatenate([fitted, replayed], axis=0)
-        every_action = torch.arange(n_actions).repeat(len(fitted), 1)
+            fitted = concat_obs([fitted, replayed])
+        every_action = torch.arange(n_actions).repeat(obs_len(fitted), 1)
         batch = _state_groups([fitted], every_action, ctx.scorer.advantages(fitted, ctx.policy))
         batch.standardized = True
+        return self.finish(ctx, batch)
+
+    def _collect_sampled(self, ctx: RolloutContext, n_groups: int) -> GroupBatch | None:
+        """Actions that cannot be enumerated (``MultiDiscrete``, ``MultiBinary``, ``Box``): the
+        group of a visited (or replayed) state is K actions sampled there, scored by a critic
+        with the action as input (:class:`~tpo_agents.rollout.sampled_critic.SampledActionCritic`)."""
+        states = []
+        collected = 0
+        while collected < n_groups:
+            obs = ctx.last_obs
+            actions = _sample_one(ctx, obs)
+            stepped = ctx.step(ctx.policy.env_actions(actions))
+            if stepped is None:
+                return None
+            new_obs, rewards, dones, infos = stepped
+            truncated = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
+            terminated = np.asarray(dones, dtype=bool) & ~truncated
+            ctx.scorer.add(obs, actions, rewards, _true_next_obs(new_obs, dones, infos), terminated)
+            states.append(obs)
+            collected += len(actions)
+        ctx.scorer.update(ctx.policy)
+        fitted = _stack_states(states)
+        replayed = ctx.scorer.replay_states(obs_len(fitted), ctx.policy)
+        if replayed is not None:
+            fitted = concat_obs([fitted, replayed])
+        with torch.no_grad():
+            obs_t, _ = ctx.policy.obs_to_tensor(fitted)
+            candidates = ctx.policy.sample_actions(obs_t, ctx.n_candidates).cpu()
+        batch = _state_groups([fitted], candidates, ctx.scorer.advantages(fitted, candidates, ctx.policy))
+        batch.standardized = batch.sampled = True
         return self.finish(ctx, batch)
 
 
@@ -182,9 +228,10 @@ class BranchCollector(_ScoredStateCollector):
 
     @torch.no_grad()
     def propose(self, ctx: RolloutContext, obs) -> tuple[torch.Tensor, torch.Tensor]:
-        n_actions = getattr(ctx.env.action_space, "n", None)  # None: Box actions
+        space = ctx.env.action_space  # only Discrete actions are enumerated (MultiBinary has an n too)
+        n_actions = int(space.n) if isinstance(space, spaces.Discrete) else None
         obs_t, _ = ctx.policy.obs_to_tensor(obs)
-        if n_actions is not None and int(n_actions) <= ctx.n_candidates:
+        if n_actions is not None and n_actions <= ctx.n_candidates:
             every = torch.arange(int(n_actions)).repeat(ctx.n_envs, 1)
             return every, ctx.policy.sample_actions(obs_t, 1)[:, 0].cpu()
         candidates = ctx.policy.sample_actions(obs_t, ctx.n_candidates).cpu()
@@ -221,17 +268,24 @@ class _EpisodeRecorder:
 
     def record(self, obs: np.ndarray, actions: np.ndarray, slot: np.ndarray, rewards: np.ndarray) -> None:
         active = slot >= 0
-        self.states.append(np.asarray(obs)[active])
+        self.states.append(take_obs(obs, active))
         self.actions.append(actions[active])
         self.cands.append(slot[active])
         np.add.at(self.returns, slot[active], rewards[active])
 
+    def keep_first(self, n_groups: int) -> None:
+        """Keep only the first ``n_groups`` groups, the ones started (and so recorded) when
+        ``learn``'s budget ended the rollout early."""
+        self.G = n_groups
+        self.returns = self.returns[: n_groups * self.K]
+
     def batch(self) -> GroupBatch:
         n_steps = sum(len(a) for a in self.actions)
+        actions = np.concatenate(self.actions)  # [n_steps], or [n_steps, d] for sampled-action policies
         return GroupBatch(
             states=_stack_states(self.states),
             step_state=torch.arange(n_steps),
-            step_action=torch.as_tensor(np.concatenate(self.actions), dtype=torch.long),
+            step_action=torch.as_tensor(actions, dtype=torch.long if actions.ndim == 1 else None),
             step_candidate=torch.as_tensor(np.concatenate(self.cands), dtype=torch.long),
             scores=torch.as_tensor(self.returns, dtype=torch.float32).view(self.G, self.K),
             mask=torch.ones(self.G, self.K, dtype=torch.bool),
@@ -241,7 +295,14 @@ class _EpisodeRecorder:
 
 
 def _sample_one(ctx: RolloutContext, obs: np.ndarray) -> np.ndarray:
-    return ctx.policy.sample(Collector.policy_log_probs(ctx, obs), 1).squeeze(-1).numpy()
+    """One action per sub-env as the policy samples it: ``[n_envs]`` categorical actions, or
+    ``[n_envs, d]`` for the Gaussian and factorized policies (step the env with
+    ``ctx.policy.env_actions`` of it)."""
+    if isinstance(ctx.policy, CategoricalPolicy):
+        return ctx.policy.sample(Collector.policy_log_probs(ctx, obs), 1).squeeze(-1).numpy()
+    with torch.no_grad():
+        obs_t, _ = ctx.policy.obs_to_tensor(obs)
+        return ctx.policy.sample_actions(obs_t, 1)[:, 0].cpu().numpy()
 
 
 def _play(ctx: RolloutContext, rec: _EpisodeRecorder, obs: np.ndarray, slot: np.ndarray, on_done) -> np.ndarray | None:
@@ -250,12 +311,12 @@ def _play(ctx: RolloutContext, rec: _EpisodeRecorder, obs: np.ndarray, slot: np.
     -1) and may reset ``obs[i]``. The last observations, or None when a callback stopped."""
     while (slot >= 0).any():
         actions = _sample_one(ctx, obs)
-        stepped = ctx.step(actions)
+        stepped = ctx.step(ctx.policy.env_actions(actions))
         if stepped is None:
             return None
         new_obs, rewards, dones, _ = stepped
         rec.record(obs, actions, slot, rewards)
-        obs = np.array(new_obs, copy=True)
+        obs = copy_obs(new_obs)
         for i in np.flatnonzero(dones):
             on_done(i, obs)
     return obs
@@ -291,13 +352,14 @@ class SingleCollector(Collector):
 
         def next_episode(i: int, obs: np.ndarray) -> None:
             nonlocal next_slot
-            if next_slot < n_groups:
+            if next_slot < n_groups and not ctx.budget_spent:  # no new episode past the budget
                 slot[i], next_slot = next_slot, next_slot + 1
             else:
                 slot[i] = -1
 
-        if _play(ctx, rec, np.array(ctx.last_obs, copy=True), slot, next_episode) is None:
+        if _play(ctx, rec, copy_obs(ctx.last_obs), slot, next_episode) is None:
             return None
+        rec.keep_first(next_slot)
         return self.finish(ctx, rec.batch())
 
 
@@ -317,15 +379,20 @@ class SequenceCollector(Collector):
         context_seeds = ctx.rng.integers(0, 2**31 - 1, size=n_groups)
         if isinstance(getattr(ctx.env, "unwrapped", ctx.env), GymnasiumVecEnv):
             return self._collect_in_rounds(ctx, rec, context_seeds)
-        slots = iter(range(n_groups * K))
+        next_slot = 0
         slot = np.full(n, -1)
-        obs = np.array(ctx.last_obs, copy=True)
+        obs = copy_obs(ctx.last_obs)
 
         def start(i: int, obs: np.ndarray) -> None:
-            s = next(slots, -1)
+            nonlocal next_slot
+            # Past learn's budget no new context starts; the started ones get all K rollouts.
+            new_context = next_slot % K == 0
+            s = next_slot if next_slot < n_groups * K and not (new_context and ctx.budget_spent) else -1
+            next_slot += int(s >= 0)
             slot[i] = s
             if s >= 0:
-                obs[i] = ctx.env.env_method("reset", seed=int(context_seeds[s // K]), indices=[i])[0][0]
+                first = ctx.env.env_method("reset", seed=int(context_seeds[s // K]), indices=[i])[0][0]
+                set_obs_row(obs, i, as_vec_obs(ctx.env, first))
 
         for i in range(n):
             start(i, obs)
@@ -333,6 +400,7 @@ class SequenceCollector(Collector):
         if obs is None:
             return None
         ctx.last_obs = obs
+        rec.keep_first(-(-next_slot // K))
         return self.finish(ctx, rec.batch())
 
     def _collect_in_rounds(self, ctx: RolloutContext, rec: _EpisodeRecorder, context_seeds) -> GroupBatch | None:
@@ -340,10 +408,13 @@ class SequenceCollector(Collector):
         total = len(context_seeds) * K
         obs = ctx.last_obs
         for first in range(0, total, n):
+            if ctx.budget_spent and first % K == 0:  # past learn's budget: no new context
+                rec.keep_first(first // K)
+                break
             slot = np.arange(first, first + n)
             slot[slot >= total] = -1
             ctx.env.seed([int(context_seeds[s // K]) if s >= 0 else None for s in slot])
-            obs = _play(ctx, rec, np.array(ctx.reset(), copy=True), slot, _finished(slot))
+            obs = _play(ctx, rec, copy_obs(ctx.reset()), slot, _finished(slot))
             if obs is None:
                 return None
         ctx.last_obs = obs

@@ -14,6 +14,7 @@ wraps it with :mod:`~tpo_agents.rollout.envs`; neither calls back here.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +25,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor
 
-from tpo_agents.rollout.envs import GymnasiumVecEnv, RewardRangeCheck
+from tpo_agents.rollout.envs import GymnasiumVecEnv, RewardRangeCheck, transpose_images
 from tpo_agents.rollout.facts import (
     EnvFacts,
     default_render_mode,
@@ -38,20 +39,40 @@ from tpo_agents.rollout.modes import policy_kind
 __all__ = ["build_training_env", "make_training_env"]
 
 
+SAMPLED_ACTION_MODES = ("branch", "critic", "sequence", "single")
+"""The group modes of action spaces that cannot be enumerated (``MultiDiscrete``,
+``MultiBinary``, ``Box``): K sampled actions per state (``branch``, ``critic``), K rollouts
+(``sequence``) or one (``single``)."""
+
+
 def _check_action_space(algo: str, action_space: spaces.Space, mode: str) -> None:
     if isinstance(action_space, spaces.Discrete):
         return
-    if isinstance(action_space, spaces.Box) and len(action_space.shape) == 1:
-        if mode == "branch":
+    if isinstance(action_space, spaces.Box | spaces.MultiDiscrete | spaces.MultiBinary):
+        if mode in SAMPLED_ACTION_MODES:
             return
         raise ValueError(
-            f"{algo} trains on Box actions ({action_space}) with group_mode='branch' only (K "
-            f"sampled actions per state, each played from a copy of the state); got group_mode={mode!r}"
+            f"group_mode={mode!r} enumerates or scores Discrete actions; {algo} trains on "
+            f"{type(action_space).__name__} actions ({action_space}) with group_mode 'critic' (K sampled "
+            "actions per state scored by a learned Q(s, a); any env), 'branch' (each played from a "
+            "copy of the state; an env built here or a DummyVecEnv), 'sequence' or 'single', or 'auto'"
         )
     raise ValueError(
-        f"{algo} supports Discrete action spaces, and one-dimensional Box ones with "
-        f"group_mode='branch'; got {action_space}"
+        f"{algo} supports Discrete, MultiDiscrete, MultiBinary and Box action spaces; got {action_space}"
     )
+
+
+def _branchable(env: Any, facts: EnvFacts) -> bool:
+    """Whether ``branch`` groups could copy the state of the vector env ``env`` trains in."""
+    if isinstance(env, VecEnv):
+        from tpo_agents.rollout.branching import branchable_envs
+
+        try:
+            branchable_envs(env)
+        except ValueError:
+            return False
+        return True
+    return not isinstance(env, VectorEnv) and not facts.native
 
 
 def _check_observations(policy_name: str, space: spaces.Space, env_name: str) -> None:
@@ -69,13 +90,11 @@ def _check_token_env(policy_name: str, vec: VecEnv, given: Any) -> None:
             f"{user_wrappers(given)} around {vec_env_name(vec)} would be dropped. Pass the env "
             "id (or an unwrapped gym.make(...) instance), or an SB3 VecEnv you built"
         )
-    try:
-        vec.get_attr("prompt_length", indices=[0])
-    except AttributeError:
+    if not vec.has_attr("prompt_length"):  # has_attr: a missing attribute kills a subprocess worker
         raise ValueError(
             f"{policy_name} needs a prompt-then-generate token env with a prompt_length "
             f"attribute (e.g. TokenReversal-*); {vec_env_name(vec)} has none"
-        ) from None
+        )
 
 
 def _copies(env: gym.Env, n: int) -> list[gym.Env]:
@@ -152,7 +171,9 @@ def build_training_env(
     groups are K rollouts per context (``sequence``), so one pass of the vector env gathers
     a whole batch; other envs get ``n_candidates`` copies; an explicit ``n_envs`` wins.
     Language-model policies get a :class:`~tpo_agents.llm.vec_env.PromptVecEnv` of
-    ``batch_size`` prompt envs. ``choose_mode(facts)`` is the algorithm's choice.
+    ``batch_size`` prompt envs. ``choose_mode(facts)`` is the algorithm's choice. Envs of
+    channel-last images (or ``Dict`` spaces with such a key) are wrapped in SB3's
+    ``VecTransposeImage``, as SB3's ``_wrap_env`` does (:func:`~.envs.transpose_images`).
     """
     policy_name = getattr(policy, "__name__", "this policy")
     if policy_kind(policy) == "lm":
@@ -164,6 +185,7 @@ def build_training_env(
     # SB3's DummyVecEnv cannot even hold some spaces (Text): check before building.
     _check_observations(policy_name, facts.observation_space, facts.name)
     vec = env if isinstance(env, VecEnv) else None
+    facts = dataclasses.replace(facts, branchable=_branchable(env, facts))
     mode = choose_mode(facts)
     if vec is None:
         if n_envs is None:
@@ -172,4 +194,4 @@ def build_training_env(
     _check_action_space(algo, vec.action_space, mode)
     if policy_kind(policy) == "token":
         _check_token_env(policy_name, vec, env)
-    return vec, mode
+    return transpose_images(vec), mode  # channel-last images: VecTransposeImage, as SB3

@@ -1,0 +1,194 @@
+"""A learned ``Q(s, a)`` with the action as input: the scorer of ``critic`` groups of sampled candidates.
+
+``MultiDiscrete``, ``MultiBinary`` and ``Box`` actions cannot be enumerated, so a ``critic``
+group for them (docs/algorithms.md 4.5) is K actions *sampled* from the policy at a state,
+each scored by :class:`SampledActionCritic`: an ensemble of MLPs over the observation's
+features and an encoding of the action (one-hot per ``MultiDiscrete`` dimension, the bits of
+a ``MultiBinary`` action, a ``Box`` action clipped to its bounds and rescaled to [-1, 1] where
+they are finite). It is trained as the ``Discrete`` critic
+(:class:`~tpo_agents.rollout.critic.QCritic`) is, off-policy on a replay of the real
+transitions, toward expected-SARSA targets whose expectation over the next action is
+estimated from ``n_target_actions`` actions sampled from the current policy. No state copy
+is needed, so it works on any vector env (``SubprocVecEnv``, under ``VecNormalize`` or
+``VecFrameStack``).
+
+The scores of a group are :func:`~tpo_agents.rollout.critic.critic_advantages` with the
+K samples as the "actions" and uniform weights: ``Q(s, a_k)`` minus the group's mean (the
+samples come from the policy, so their mean estimates ``V(s)``), over one batch-wide scale.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.preprocessing import get_flattened_obs_dim
+from torch import nn
+
+from tpo_agents.checks import int_at_least
+from tpo_agents.rollout.critic import QCritic, QEnsemble, critic_advantages
+from tpo_agents.rollout.observations import take_obs
+
+__all__ = ["SAMPLED_ACTION_SPACES", "ActionEncoder", "SampledActionCritic"]
+
+SAMPLED_ACTION_SPACES = (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
+"""The action spaces whose ``critic`` groups are sampled candidates (``Discrete`` ones score
+every action with :class:`~tpo_agents.rollout.critic.QCritic`)."""
+
+
+class ActionEncoder:
+    """The critic's view of an action: ``[..., d]`` actions as the policy samples them (flat)
+    to ``[..., width]`` float features.
+
+    ``MultiDiscrete``: one-hot per dimension (indices, without ``start``); ``MultiBinary``: the
+    bits; ``Box``: clipped to the bounds (what the env is stepped with), then rescaled to
+    [-1, 1] on the dimensions whose bounds are finite.
+    """
+
+    def __init__(self, action_space: spaces.Space):
+        self.space = action_space
+        if isinstance(action_space, spaces.MultiDiscrete):
+            self.dims = [int(n) for n in np.asarray(action_space.nvec).ravel()]
+            self.width, self.raw = sum(self.dims), len(self.dims)
+        elif isinstance(action_space, spaces.MultiBinary):
+            self.width = self.raw = int(np.prod(action_space.shape))
+        elif isinstance(action_space, spaces.Box):
+            self.width = self.raw = int(np.prod(action_space.shape))
+            low = np.asarray(action_space.low, dtype=np.float64).ravel()
+            high = np.asarray(action_space.high, dtype=np.float64).ravel()
+            finite = np.isfinite(low) & np.isfinite(high)
+            self.low, self.high = torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32)
+            mid, half = np.where(finite, (low + high) / 2, 0.0), np.where(finite, (high - low) / 2, 1.0)
+            self.mid = torch.as_tensor(mid, dtype=torch.float32)
+            self.half = torch.as_tensor(np.maximum(half, 1e-8), dtype=torch.float32)
+        else:
+            raise ValueError(f"a critic of sampled actions cannot read {action_space}")
+
+    def __call__(self, actions: torch.Tensor) -> torch.Tensor:
+        space = self.space
+        if isinstance(space, spaces.MultiDiscrete):
+            idx = actions.long()
+            return torch.cat([nn.functional.one_hot(idx[..., i], n) for i, n in enumerate(self.dims)], dim=-1).float()
+        if isinstance(space, spaces.MultiBinary):
+            return actions.float()
+        dev = actions.device
+        a = torch.maximum(torch.minimum(actions.float(), self.high.to(dev)), self.low.to(dev))
+        return (a - self.mid.to(dev)) / self.half.to(dev)
+
+
+class SampledActionCritic(QCritic):
+    """``Q(s, a)`` with the action as input, for ``critic`` groups of K sampled actions.
+
+    Takes every option of :class:`~tpo_agents.rollout.critic.QCritic` (``gamma``,
+    ``net_arch``, ``learning_rate``, ``buffer_size``, ``batch_size``, ``updates_per_step``,
+    ``tau``, the floors, ``n_critics``, ``noise_scale``, ``replay_states``,
+    ``learning_starts``), except ``replay_pool`` (prioritized replayed states need every
+    action's score; only 1 is accepted), and:
+
+    :param action_space: the env's (single) action space, one of :data:`SAMPLED_ACTION_SPACES`.
+    :param n_target_actions: next actions sampled from the current policy per transition to
+        estimate ``E_{a' ~ pi} Q(s', a')`` in the expected-SARSA target.
+    """
+
+    sampled = True
+    """Its groups are actions sampled from the policy (not every action)."""
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        device: torch.device | str = "cpu",
+        n_target_actions: int = 4,
+        net_arch: tuple[int, ...] = (64, 64),
+        **kwargs: Any,
+    ):
+        if kwargs.get("replay_pool", 1) != 1:
+            raise ValueError(
+                "replay_pool > 1 (prioritized replayed states) needs every action's score, which a "
+                f"critic of sampled actions does not have ({action_space}); leave replay_pool at 1"
+            )
+        self.encoder = ActionEncoder(action_space)
+        self.n_target_actions = int_at_least("n_target_actions", n_target_actions, 1)
+        super().__init__(observation_space, 1, device, net_arch=net_arch, **kwargs)
+        # The observation's features as the Discrete critic reads them (its first layer's
+        # input), then the action's.
+        first = self.q.nets[0][0]
+        obs_dim = first.in_features if isinstance(first, nn.Linear) else get_flattened_obs_dim(observation_space)
+        in_dim = obs_dim + self.encoder.width
+        self.q = QEnsemble(in_dim, 1, tuple(net_arch), self.n_critics).to(self.device)
+        self.q_target = copy.deepcopy(self.q).requires_grad_(False)
+        self.optimizer = torch.optim.Adam([*self.q.parameters(), *self._extractor_parameters()], lr=self.optimizer.param_groups[0]["lr"])
+        self._actions: np.ndarray | None = None
+        """The replay's actions, ``[buffer_size, d]``, at the indices of its transitions."""
+
+    def q_values(self, net: nn.Module, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """``Q(s_i, a_ik)`` of every critic, ``[n_critics, N, K]``, from state features
+        ``[N, f]`` and actions ``[N, K, d]``."""
+        N, K = actions.shape[:2]
+        s = features[:, None, :].expand(N, K, features.shape[-1])
+        x = torch.cat([s, self.encoder(actions.to(self.device))], dim=-1).reshape(N * K, -1)
+        return net(x).reshape(self.n_critics, N, K)
+
+    # ---------------------------------------------------------------- replay
+    def add(self, obs, actions, rewards, next_obs, terminated) -> None:
+        """Store one vector step of transitions (``actions``: ``[n_envs, d]`` as the policy
+        sampled them; ``next_obs``: the true next observations, terminal ones included). The
+        observations, rewards and ends are kept as the ``Discrete`` critic keeps them, the
+        actions beside them."""
+        n = len(actions)
+        if self._actions is None:
+            self._actions = np.zeros((self.buffer_size, self.encoder.raw), dtype=np.float32)
+        self._actions[(self._pos + np.arange(n)) % self.buffer_size] = np.asarray(actions, dtype=np.float32).reshape(n, -1)
+        super().add(obs, np.zeros(n, dtype=np.int64), rewards, next_obs, terminated)
+
+    # ---------------------------------------------------------------- learning
+    def update(self, policy) -> float:
+        """Critic gradient steps for the transitions added since the last update; the mean
+        TD loss."""
+        steps = int(self._pending * self.updates_per_step)
+        self._pending = 0
+        if self._n < self.batch_size or steps == 0:
+            return 0.0
+        d, losses = self._data, []
+        for _ in range(steps):
+            i = self.rng.integers(0, self._n, size=self.batch_size)
+            next_obs = take_obs(d["next_obs"], i)
+            s, s2 = self._features(take_obs(d["obs"], i)), self._features(next_obs, target=True)
+            with torch.no_grad():
+                obs2, _ = policy.obs_to_tensor(next_obs)
+                a2 = policy.sample_actions(obs2, self.n_target_actions)
+                v2 = self.q_values(self.q_target, s2, a2).mean(-1)  # [n_critics, batch]
+                r = torch.as_tensor(d["rewards"][i], device=self.device)
+                done = torch.as_tensor(d["terminated"][i], device=self.device)
+                y = r + self.gamma * (1 - done) * v2
+            a = torch.as_tensor(self._actions[i], device=self.device)[:, None]
+            q = self.q_values(self.q, s, a)[..., 0]
+            loss = nn.functional.smooth_l1_loss(q, y) * self.n_critics
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            with torch.no_grad():
+                online = [*self.q.parameters(), *self._extractor_parameters()]
+                for p, pt in zip(online, [*self.q_target.parameters(), *self._extractor_parameters(target=True)]):
+                    pt.mul_(1 - self.tau).add_(p, alpha=self.tau)
+            losses.append(loss.item())
+        return float(np.mean(losses))
+
+    @torch.no_grad()
+    def advantages(self, obs, candidates: torch.Tensor, policy=None) -> torch.Tensor:
+        """The scores of K sampled candidates per state (``candidates`` ``[N, K, d]``), ``[N, K]``:
+        :func:`~tpo_agents.rollout.critic.critic_advantages` with uniform weights over the
+        samples, so ``V(s)`` is their mean ``Q`` and the scale is one for the batch."""
+        qs = self.q_values(self.q, self._features(obs), candidates).float().cpu()
+        if self.n_seen < self.learning_starts:
+            return torch.zeros_like(qs[0])
+        uniform = torch.full_like(qs[0], 1.0 / qs.shape[-1])
+        return critic_advantages(qs, uniform, self.relative_floor, self.noise_scale, self.value_floor)
+
+    @torch.no_grad()
+    def scores(self, obs, candidates: torch.Tensor) -> torch.Tensor:
+        """``Q(s, a_k)`` of K candidates per state (the critics' mean), ``[N, K]`` (CPU float32)."""
+        return self.q_values(self.q, self._features(obs), candidates).mean(0).float().cpu()
