@@ -122,15 +122,18 @@ def test_branch_groups_hold_every_action_or_k_samples_and_count_only_real_steps(
     model = TPO("MlpPolicy", "CartPole-v1", group_mode="branch", batch_size=16, seed=0,
                 branch_kwargs={"horizon": 4})
     model.learn(64)
-    batch = model._batch
+    batch = model.last_batch
     assert model.resolve_group_mode() == "branch"
     assert batch.group_size == 2  # CartPole's two actions, both scored
     assert torch.equal(batch.step_action.view(-1, 2), torch.tensor([[0, 1]]).repeat(batch.n_groups, 1))
     assert model.num_timesteps == 64 and model._branch_scorer.env_steps > 64  # simulation is not experience
+    # ... but it is an env interaction: counted apart, and in the total a fair budget equalizes
+    assert model.branch_env_steps == model._branch_scorer.env_steps
+    assert model.env_steps_total == 64 + model.branch_env_steps
     assert 0 < batch.scores.max() <= 4  # a 4-step lookahead of reward 1 per step
     many = GRPO("MlpPolicy", gym.make("FrozenLake-v1"), group_mode="branch", n_candidates=2, batch_size=8, seed=0)
     many.learn(16)
-    assert many._batch.group_size == 2  # 4 actions > K = 2: K sampled candidates
+    assert many.last_batch.group_size == 2  # 4 actions > K = 2: K sampled candidates
 
 
 def test_an_env_can_ask_for_branch_groups_in_its_metadata():

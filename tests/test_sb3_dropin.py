@@ -5,6 +5,7 @@ Each test names the SB3 behaviour it follows; all run on tiny budgets."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 import warnings
 
@@ -217,3 +218,12 @@ def test_sequence_groups_start_no_context_past_the_budget():
     assert budget <= model.num_timesteps < budget + (model.n_envs + K - 1) * longest
     batch = model.last_batch
     assert 1 <= batch.n_groups < 50 and batch.group_size == K and bool(batch.mask.all())
+
+
+def test_env_steps_total_is_logged_and_counts_only_real_steps_without_branching(tmp_path):
+    model = TPO("MlpPolicy", "CartPole-v1", batch_size=8, n_candidates=2, seed=0)
+    model.set_logger(configure(str(tmp_path), ["json"]))
+    model.learn(32)
+    rows = [json.loads(line) for line in (tmp_path / "progress.json").read_text().splitlines()]
+    assert rows[-1]["rollout/env_steps_total"] == model.num_timesteps == model.env_steps_total
+    assert model.branch_env_steps == 0  # critic groups make no simulated steps

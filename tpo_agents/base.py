@@ -215,6 +215,9 @@ class GroupedAlgorithm(BaseAlgorithm):
         )
         self._batch: Groups | None = None
         self.last_train_stats: dict[str, float] = {}
+        self.branch_env_steps = 0
+        """Env steps played from copies of the state by ``branch`` groups (not in
+        ``num_timesteps``); :attr:`env_steps_total` counts both."""
         """Metrics of the latest ``train()`` call (loss, grad_norm, ...), also logged."""
         if _init_setup_model:
             self._setup_model()
@@ -454,6 +457,14 @@ class GroupedAlgorithm(BaseAlgorithm):
         return self._batch
 
     @property
+    def env_steps_total(self) -> int:
+        """Every env transition this agent made: ``num_timesteps`` (steps of the env it
+        trains on) plus :attr:`branch_env_steps` (steps of state copies in ``branch``
+        groups). A fair comparison with an agent that makes no simulated steps equalizes
+        this, not ``num_timesteps``; logged as ``rollout/env_steps_total``."""
+        return int(self.num_timesteps) + int(self.branch_env_steps)
+
+    @property
     def n_updates(self) -> int:
         """Gradient updates (optimizer steps) taken so far, over every :meth:`train` call
         (saved with the agent; epochs that take no step are not counted)."""
@@ -525,10 +536,14 @@ class GroupedAlgorithm(BaseAlgorithm):
         )
         self.policy.set_training_mode(False)
         callback.on_rollout_start()
+        steps_copies = hasattr(ctx.scorer, "env_steps")  # branch scorers step copies of the state
+        simulated = ctx.scorer.env_steps if steps_copies else 0
         batch = collector.collect(ctx, self.batch_size)
         self._last_obs, self._episode_in_progress = ctx.last_obs, ctx.episode_in_progress
-        if hasattr(ctx.scorer, "env_steps"):
-            self.logger.record("rollout/branch_env_steps", ctx.scorer.env_steps)
+        if steps_copies:
+            self.branch_env_steps += ctx.scorer.env_steps - simulated
+            self.logger.record("rollout/branch_env_steps", self.branch_env_steps)
+        self.logger.record("rollout/env_steps_total", self.env_steps_total)
         if batch is None:
             return False
         self._batch = batch
