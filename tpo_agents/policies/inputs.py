@@ -20,15 +20,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import torch
-from gymnasium import spaces
 from stable_baselines3.common.torch_layers import (
     BaseFeaturesExtractor,
     CombinedExtractor,
     NatureCNN,
 )
-from stable_baselines3.common.type_aliases import Schedule
-from torch import nn
 
 from tpo_agents.policies.mlp import MlpPolicy
 
@@ -42,31 +38,8 @@ class CnnPolicy(MlpPolicy):
 
     default_features_extractor: ClassVar[type[BaseFeaturesExtractor]] = NatureCNN
 
-    def __init__(
-        self,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        lr_schedule: Schedule,
-        net_arch: list[int] | dict[str, list[int]] | None = None,
-        activation_fn: type[nn.Module] = nn.Tanh,
-        features_extractor_class: type[BaseFeaturesExtractor] = NatureCNN,
-        features_extractor_kwargs: dict[str, Any] | None = None,
-        normalize_images: bool = True,
-        optimizer_class: type[torch.optim.Optimizer] = torch.optim.Adam,
-        optimizer_kwargs: dict[str, Any] | None = None,
-    ):
-        super().__init__(
-            observation_space,
-            action_space,
-            lr_schedule,
-            net_arch=net_arch,
-            activation_fn=activation_fn,
-            features_extractor_class=features_extractor_class,
-            features_extractor_kwargs=features_extractor_kwargs,
-            normalize_images=normalize_images,
-            optimizer_class=optimizer_class,
-            optimizer_kwargs=optimizer_kwargs,
-        )
+    def __init__(self, *args: Any, features_extractor_class: type[BaseFeaturesExtractor] = NatureCNN, **kwargs: Any):
+        super().__init__(*args, features_extractor_class=features_extractor_class, **kwargs)
 
 
 class MultiInputPolicy(MlpPolicy):
@@ -77,30 +50,9 @@ class MultiInputPolicy(MlpPolicy):
     default_features_extractor: ClassVar[type[BaseFeaturesExtractor]] = CombinedExtractor
 
     def __init__(
-        self,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        lr_schedule: Schedule,
-        net_arch: list[int] | dict[str, list[int]] | None = None,
-        activation_fn: type[nn.Module] = nn.Tanh,
-        features_extractor_class: type[BaseFeaturesExtractor] = CombinedExtractor,
-        features_extractor_kwargs: dict[str, Any] | None = None,
-        normalize_images: bool = True,
-        optimizer_class: type[torch.optim.Optimizer] = torch.optim.Adam,
-        optimizer_kwargs: dict[str, Any] | None = None,
+        self, *args: Any, features_extractor_class: type[BaseFeaturesExtractor] = CombinedExtractor, **kwargs: Any
     ):
-        super().__init__(
-            observation_space,
-            action_space,
-            lr_schedule,
-            net_arch=net_arch,
-            activation_fn=activation_fn,
-            features_extractor_class=features_extractor_class,
-            features_extractor_kwargs=features_extractor_kwargs,
-            normalize_images=normalize_images,
-            optimizer_class=optimizer_class,
-            optimizer_kwargs=optimizer_kwargs,
-        )
+        super().__init__(*args, features_extractor_class=features_extractor_class, **kwargs)
 
 
 def input_policy_kwargs(policy_class: type, policy_kwargs: dict[str, Any]) -> dict[str, Any]:

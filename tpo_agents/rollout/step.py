@@ -37,6 +37,9 @@ batch's last episode ends: those steps are counted too, though they feed no grou
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -123,6 +126,31 @@ def _true_next_obs(new_obs: np.ndarray, dones: np.ndarray, infos: list[dict]) ->
     return next_obs
 
 
+def _visit_for_critic(ctx: RolloutContext, n_groups: int, to_env: Callable[[Any], Any]) -> Any:
+    """Play ``n_groups`` visited states with one sampled action each (``to_env`` turns the
+    policy's actions into the env's), feed the transitions to the critic, update it, and
+    return the states to fit: the visited ones, then any the critic replays (None if a
+    callback stopped the rollout)."""
+    states = []
+    collected = 0
+    while collected < n_groups:
+        obs = ctx.last_obs
+        actions = _sample_one(ctx, obs)
+        stepped = ctx.step(to_env(actions))
+        if stepped is None:
+            return None
+        new_obs, rewards, dones, infos = stepped
+        truncated = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
+        terminated = np.asarray(dones, dtype=bool) & ~truncated
+        ctx.scorer.add(obs, actions, rewards, _true_next_obs(new_obs, dones, infos), terminated)
+        states.append(obs)
+        collected += len(actions)
+    ctx.scorer.update(ctx.policy)
+    fitted = _stack_states(states)
+    replayed = ctx.scorer.replay_states(obs_len(fitted), ctx.policy)
+    return fitted if replayed is None else concat_obs([fitted, replayed])
+
+
 class CriticCollector(Collector):
     """One group per visited state, and per state replayed from the critic's buffer
     (``replay_states`` of them per visited state): every action, scored by the learned critic."""
@@ -133,25 +161,9 @@ class CriticCollector(Collector):
         if getattr(ctx.scorer, "sampled", False):
             return self._collect_sampled(ctx, n_groups)
         n_actions = int(ctx.env.action_space.n)
-        states = []
-        collected = 0
-        while collected < n_groups:
-            obs = ctx.last_obs
-            actions = _sample_one(ctx, obs)
-            stepped = ctx.step(actions)
-            if stepped is None:
-                return None
-            new_obs, rewards, dones, infos = stepped
-            truncated = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
-            terminated = np.asarray(dones, dtype=bool) & ~truncated
-            ctx.scorer.add(obs, actions, rewards, _true_next_obs(new_obs, dones, infos), terminated)
-            states.append(obs)
-            collected += len(actions)
-        ctx.scorer.update(ctx.policy)
-        fitted = _stack_states(states)
-        replayed = ctx.scorer.replay_states(obs_len(fitted), ctx.policy)
-        if replayed is not None:
-            fitted = concat_obs([fitted, replayed])
+        fitted = _visit_for_critic(ctx, n_groups, lambda actions: actions)
+        if fitted is None:
+            return None
         every_action = torch.arange(n_actions).repeat(obs_len(fitted), 1)
         batch = _state_groups([fitted], every_action, ctx.scorer.advantages(fitted, ctx.policy))
         batch.standardized = True
@@ -161,25 +173,9 @@ class CriticCollector(Collector):
         """Actions that cannot be enumerated (``MultiDiscrete``, ``MultiBinary``, ``Box``): the
         group of a visited (or replayed) state is K actions sampled there, scored by a critic
         with the action as input (:class:`~tpo_agents.rollout.sampled_critic.SampledActionCritic`)."""
-        states = []
-        collected = 0
-        while collected < n_groups:
-            obs = ctx.last_obs
-            actions = _sample_one(ctx, obs)
-            stepped = ctx.step(ctx.policy.env_actions(actions))
-            if stepped is None:
-                return None
-            new_obs, rewards, dones, infos = stepped
-            truncated = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
-            terminated = np.asarray(dones, dtype=bool) & ~truncated
-            ctx.scorer.add(obs, actions, rewards, _true_next_obs(new_obs, dones, infos), terminated)
-            states.append(obs)
-            collected += len(actions)
-        ctx.scorer.update(ctx.policy)
-        fitted = _stack_states(states)
-        replayed = ctx.scorer.replay_states(obs_len(fitted), ctx.policy)
-        if replayed is not None:
-            fitted = concat_obs([fitted, replayed])
+        fitted = _visit_for_critic(ctx, n_groups, ctx.policy.env_actions)
+        if fitted is None:
+            return None
         with torch.no_grad():
             obs_t, _ = ctx.policy.obs_to_tensor(fitted)
             candidates = ctx.policy.sample_actions(obs_t, ctx.n_candidates).cpu()
