@@ -314,8 +314,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except KeyboardInterrupt:  # outside a sweep (e.g. while writing the figures)
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
+    from zoo.entry_points import reproduce
+
+    reproduce()  # also the tpo-zoo-reproduce script: Ctrl-C outside a sweep exits 130
