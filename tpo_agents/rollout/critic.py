@@ -298,6 +298,25 @@ class QCritic:
         return take_obs(pool, self.rng.choice(obs_len(pool), size=n, replace=True, p=weight / weight.sum()))
 
     # ---------------------------------------------------------------- learning
+    def _q_and_target(self, i: np.ndarray, policy) -> tuple[torch.Tensor, torch.Tensor]:
+        """For the replay rows ``i``: Q of the taken actions (with grad) and the expected-SARSA
+        target ``r + gamma (1 - done) sum_a pi(a|s') Q_target(s', a)``, each ``[n_critics, batch]``."""
+        d = self._data
+        s, s2 = self._features(take_obs(d["obs"], i)), self._features(take_obs(d["next_obs"], i), target=True)
+        with torch.no_grad():
+            obs2, _ = policy.obs_to_tensor(take_obs(d["next_obs"], i))
+            pi2 = policy.action_log_probs(obs2).exp().to(self.device)
+            v2 = (pi2 * self.q_target(s2)).sum(-1)  # [n_critics, batch]
+            y = self._td_target(i, v2)
+        a = torch.as_tensor(d["actions"][i], device=self.device)
+        q = self.q(s).gather(2, a[None, :, None].expand(self.n_critics, -1, 1)).squeeze(2)
+        return q, y
+
+    def _td_target(self, i: np.ndarray, next_value: torch.Tensor) -> torch.Tensor:
+        r = torch.as_tensor(self._data["rewards"][i], device=self.device)
+        done = torch.as_tensor(self._data["terminated"][i], device=self.device)
+        return r + self.gamma * (1 - done) * next_value
+
     def update(self, policy) -> float:
         """Critic gradient steps for the transitions added since the last update; the mean
         TD loss."""
@@ -305,19 +324,10 @@ class QCritic:
         self._pending = 0
         if self._n < self.batch_size or steps == 0:
             return 0.0
-        d, losses = self._data, []
+        losses = []
         for _ in range(steps):
             i = self.rng.integers(0, self._n, size=self.batch_size)
-            s, s2 = self._features(take_obs(d["obs"], i)), self._features(take_obs(d["next_obs"], i), target=True)
-            with torch.no_grad():
-                obs2, _ = policy.obs_to_tensor(take_obs(d["next_obs"], i))
-                pi2 = policy.action_log_probs(obs2).exp().to(self.device)
-                v2 = (pi2 * self.q_target(s2)).sum(-1)  # [n_critics, batch]
-                r = torch.as_tensor(d["rewards"][i], device=self.device)
-                done = torch.as_tensor(d["terminated"][i], device=self.device)
-                y = r + self.gamma * (1 - done) * v2
-            a = torch.as_tensor(d["actions"][i], device=self.device)
-            q = self.q(s).gather(2, a[None, :, None].expand(self.n_critics, -1, 1)).squeeze(2)
+            q, y = self._q_and_target(i, policy)
             loss = nn.functional.smooth_l1_loss(q, y) * self.n_critics
             self.optimizer.zero_grad()
             loss.backward()

@@ -145,37 +145,18 @@ class SampledActionCritic(QCritic):
         super().add(obs, np.zeros(n, dtype=np.int64), rewards, next_obs, terminated)
 
     # ---------------------------------------------------------------- learning
-    def update(self, policy) -> float:
-        """Critic gradient steps for the transitions added since the last update; the mean
-        TD loss."""
-        steps = int(self._pending * self.updates_per_step)
-        self._pending = 0
-        if self._n < self.batch_size or steps == 0:
-            return 0.0
-        d, losses = self._data, []
-        for _ in range(steps):
-            i = self.rng.integers(0, self._n, size=self.batch_size)
-            next_obs = take_obs(d["next_obs"], i)
-            s, s2 = self._features(take_obs(d["obs"], i)), self._features(next_obs, target=True)
-            with torch.no_grad():
-                obs2, _ = policy.obs_to_tensor(next_obs)
-                a2 = policy.sample_actions(obs2, self.n_target_actions)
-                v2 = self.q_values(self.q_target, s2, a2).mean(-1)  # [n_critics, batch]
-                r = torch.as_tensor(d["rewards"][i], device=self.device)
-                done = torch.as_tensor(d["terminated"][i], device=self.device)
-                y = r + self.gamma * (1 - done) * v2
-            a = torch.as_tensor(self._actions[i], device=self.device)[:, None]
-            q = self.q_values(self.q, s, a)[..., 0]
-            loss = nn.functional.smooth_l1_loss(q, y) * self.n_critics
-            self.optimizer.zero_grad()
-            loss.backward()
-            self.optimizer.step()
-            with torch.no_grad():
-                online = [*self.q.parameters(), *self._extractor_parameters()]
-                for p, pt in zip(online, [*self.q_target.parameters(), *self._extractor_parameters(target=True)]):
-                    pt.mul_(1 - self.tau).add_(p, alpha=self.tau)
-            losses.append(loss.item())
-        return float(np.mean(losses))
+    def _q_and_target(self, i: np.ndarray, policy) -> tuple[torch.Tensor, torch.Tensor]:
+        """As :meth:`QCritic._q_and_target`, the next state's value averaged over
+        ``n_target_actions`` actions sampled from the policy (the actions cannot be summed over)."""
+        d = self._data
+        next_obs = take_obs(d["next_obs"], i)
+        s, s2 = self._features(take_obs(d["obs"], i)), self._features(next_obs, target=True)
+        with torch.no_grad():
+            obs2, _ = policy.obs_to_tensor(next_obs)
+            a2 = policy.sample_actions(obs2, self.n_target_actions)
+            y = self._td_target(i, self.q_values(self.q_target, s2, a2).mean(-1))
+        a = torch.as_tensor(self._actions[i], device=self.device)[:, None]
+        return self.q_values(self.q, s, a)[..., 0], y
 
     @torch.no_grad()
     def advantages(self, obs, candidates: torch.Tensor, policy=None) -> torch.Tensor:
