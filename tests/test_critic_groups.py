@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import copy
+import io
+import pickle
+
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
 from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.preprocessing import get_flattened_obs_dim
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+from torch import nn
 
 from tpo_agents import GRPO, TPO, MlpPolicy
-from tpo_agents.rollout.critic import QCritic
+from tpo_agents.policies import GaussianMlpPolicy
+from tpo_agents.rollout.critic import QCritic, QEnsemble
+from tpo_agents.rollout.sampled_critic import SampledActionCritic
 from tpo_agents.rollout.step import _true_next_obs
 
 
@@ -252,3 +261,237 @@ def test_prioritized_replay_picks_the_states_whose_target_the_policy_has_not_met
     assert len(set(uniform.replay_states(40, policy).tolist())) > 5
     with pytest.raises(ValueError, match="replay_pool"):
         QCritic(obs_space, 4, replay_pool=0)
+
+
+# ---------------------------------------------------------------- the batched critic ensemble
+class _PerCriticEnsemble(nn.Module):
+    """The critic ensemble as it was before it was batched (and as agents saved then pickled
+    it): a ``ModuleList`` ``nets`` of one ``nn.Sequential`` MLP per critic."""
+
+    def __init__(self, in_dim: int, n_actions: int, net_arch: tuple[int, ...], n_critics: int):
+        super().__init__()
+        nets = []
+        for _ in range(n_critics):
+            layers: list[nn.Module] = []
+            dim = in_dim
+            for width in net_arch:
+                layers += [nn.Linear(dim, width), nn.ReLU()]
+                dim = width
+            nets.append(nn.Sequential(*layers, nn.Linear(dim, n_actions)))
+        self.nets = nn.ModuleList(nets)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([net(x) for net in self.nets])
+
+
+class _TinyExtractor(BaseFeaturesExtractor):
+    def __init__(self, observation_space: spaces.Space, features_dim: int = 5):
+        super().__init__(observation_space, features_dim)
+        self.linear = nn.Linear(get_flattened_obs_dim(observation_space), features_dim)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.linear(obs.flatten(1).float()))
+
+
+def _stacked(per_critic: _PerCriticEnsemble, grad: bool = False) -> list[torch.Tensor]:
+    """The per-critic parameters (their gradients, with ``grad``) in the batched layout: per
+    layer ``[n, out, in]`` and ``[n, 1, out]``."""
+    linears = [[m for m in net if isinstance(m, nn.Linear)] for net in per_critic.nets]
+    out = []
+    for j in range(len(linears[0])):
+        for name in ("weight", "bias"):
+            tensors = [getattr(ls[j], name) for ls in linears]
+            stacked = torch.stack([t.grad if grad else t for t in tensors])
+            out.append(stacked if name == "weight" else stacked[:, None])
+    return out
+
+
+ENSEMBLES = [(4, 2, (64, 64), 4), (7, 3, (), 2), (5, 1, (32,), 1), (16, 4, (8, 12, 6), 3)]
+
+
+@pytest.mark.parametrize("in_dim,n_actions,net_arch,n_critics", ENSEMBLES)
+def test_the_batched_ensemble_is_the_per_critic_mlps_it_replaced(in_dim, n_actions, net_arch, n_critics):
+    torch.manual_seed(7)
+    reference = _PerCriticEnsemble(in_dim, n_actions, net_arch, n_critics)
+    after_reference = torch.rand(3)
+    torch.manual_seed(7)
+    batched = QEnsemble(in_dim, n_actions, net_arch, n_critics)
+    assert torch.equal(torch.rand(3), after_reference)  # as many random draws, in the same order
+    for a, b in zip(_stacked(reference), batched.parameters(), strict=True):
+        assert torch.equal(a, b)  # the same initial weights: a seed gives the Q values it gave
+    x = torch.randn(300, in_dim)
+    out, expected = batched(x), reference(x)
+    assert out.shape == expected.shape == (n_critics, 300, n_actions)
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
+    weights = torch.randn_like(expected)
+    (out * weights).sum().backward()
+    (expected * weights).sum().backward()
+    for a, b in zip(_stacked(reference, grad=True), batched.parameters(), strict=True):
+        # Sums over 300 rows, up to about 30: equal up to float32 rounding of that size
+        torch.testing.assert_close(b.grad, a, atol=1e-6 * a.abs().max().item(), rtol=0)
+    assert batched(torch.randn(2, 5, in_dim)).shape == (n_critics, 2, 5, n_actions)  # any leading dims
+
+
+def test_an_old_layout_ensemble_state_dict_loads_into_the_batched_one():
+    reference = _PerCriticEnsemble(6, 3, (16, 8), 4)
+    state = reference.state_dict()
+    assert "nets.3.4.weight" in state  # critic 3's third nn.Linear
+    batched = QEnsemble(6, 3, (16, 8), 4)
+    batched.load_state_dict(state)
+    x = torch.randn(50, 6)
+    torch.testing.assert_close(batched(x), reference(x), atol=1e-6, rtol=0)
+    nested = nn.ModuleDict({"q": QEnsemble(6, 3, (16, 8), 4)})  # under a prefix too
+    nested.load_state_dict({f"q.{k}": v for k, v in state.items()})
+    torch.testing.assert_close(nested["q"](x), reference(x), atol=1e-6, rtol=0)
+
+
+def _per_critic_copy(critic: QCritic) -> QCritic:
+    """A deep copy of ``critic`` as it was before the ensemble was batched: per-critic
+    ``nn.Sequential`` (same weights), the default Adam over them, the Polyak loop."""
+    old = copy.deepcopy(critic)
+    for name in ("q", "q_target"):
+        batched = getattr(critic, name)
+        widths = tuple(layer.weight.shape[1] for layer in batched.layers[:-1])
+        per_critic = _PerCriticEnsemble(batched.in_dim, batched.n_actions, widths, batched.n_critics)
+        with torch.no_grad():
+            for i, net in enumerate(per_critic.nets):
+                for linear, layer in zip(net[::2], batched.layers, strict=True):
+                    linear.weight.copy_(layer.weight[i])
+                    linear.bias.copy_(layer.bias[i, 0])
+        setattr(old, name, per_critic.requires_grad_(name == "q"))
+    old.optimizer = torch.optim.Adam([*old.q.parameters(), *old._extractor_parameters()], lr=critic.optimizer.param_groups[0]["lr"])
+    return old
+
+
+def _per_critic_update(critic: QCritic, policy) -> None:
+    """The critic's update as it was before the ensemble was batched."""
+    steps = int(critic._pending * critic.updates_per_step)
+    critic._pending = 0
+    for _ in range(steps):
+        i = critic.rng.integers(0, critic._n, size=critic.batch_size)
+        q, y = critic._q_and_target(i, policy)
+        loss = nn.functional.smooth_l1_loss(q, y) * critic.n_critics
+        critic.optimizer.zero_grad()
+        loss.backward()
+        critic.optimizer.step()
+        with torch.no_grad():
+            online = [*critic.q.parameters(), *critic._extractor_parameters()]
+            for p, pt in zip(online, [*critic.q_target.parameters(), *critic._extractor_parameters(target=True)]):
+                pt.mul_(1 - critic.tau).add_(p, alpha=critic.tau)
+
+
+def _critic_case(kind: str, seed: int = 0):
+    """A small critic, a policy and a way to feed it transitions."""
+    torch.manual_seed(seed)
+    obs_space = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
+    kwargs = dict(batch_size=32, updates_per_step=0.25, seed=seed, net_arch=(16, 16), learning_rate=3e-3)
+    if kind == "sampled":
+        action_space = spaces.Box(-1.0, 1.0, (2,), dtype=np.float32)
+        policy = GaussianMlpPolicy(obs_space, action_space, lambda _: 1e-3)
+        critic = SampledActionCritic(obs_space, action_space, **kwargs)
+    else:
+        action_space = spaces.Discrete(3)
+        policy = MlpPolicy(obs_space, action_space, lambda _: 1e-3)
+        extractor = {"features_extractor_class": _TinyExtractor} if kind == "extractor" else {}
+        critic = QCritic(obs_space, 3, **kwargs, **extractor)
+
+    def feed(critics, rng, n=64):
+        obs = rng.uniform(-1, 1, (n, 3)).astype(np.float32)
+        nxt = rng.uniform(-1, 1, (n, 3)).astype(np.float32)
+        actions = np.stack([action_space.sample() for _ in range(n)])
+        rewards, done = rng.normal(size=n).astype(np.float32), rng.random(n) < 0.1
+        for c in critics:
+            c.add(obs, actions, rewards, nxt, done)
+
+    action_space.seed(seed)
+    return critic, policy, feed
+
+
+def _q_params(critic: QCritic) -> list[torch.Tensor]:
+    q = critic.q
+    return [p.detach() for p in (_stacked(q) if isinstance(q, _PerCriticEnsemble) else q.parameters())]
+
+
+@pytest.mark.parametrize("kind", ["discrete", "extractor", "sampled"])
+def test_a_critic_step_is_the_per_critic_step_it_replaced(kind):
+    critic, policy, feed = _critic_case(kind)
+    old = _per_critic_copy(critic)
+    start = [p.clone() for p in _q_params(critic)]
+    rng = np.random.default_rng(1)
+    for _ in range(4):  # 16 gradient steps per update
+        feed([critic, old], rng)
+        for c, update in ((critic, QCritic.update), (old, _per_critic_update)):
+            torch.manual_seed(3)  # the sampled critic's next actions
+            update(c, policy)
+    for a, b in zip(_q_params(old), _q_params(critic), strict=True):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=0)
+    targets = (_stacked(old.q_target), list(critic.q_target.parameters()))
+    for a, b in zip(*targets, strict=True):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=0)
+    for a, b in zip(old._extractor_parameters(), critic._extractor_parameters(), strict=True):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=0)
+    assert not any(torch.equal(a, b) for a, b in zip(start, _q_params(critic)))  # it learned
+
+
+def test_the_critics_adam_steps_as_the_default_adam_does():
+    critic, _, _ = _critic_case("discrete")
+    params = list(critic.q.parameters())
+    copies = [p.detach().clone().requires_grad_() for p in params]
+    default = torch.optim.Adam(copies, lr=critic.optimizer.param_groups[0]["lr"])
+    torch.manual_seed(0)
+    for _ in range(50):
+        grads = [torch.randn_like(p) for p in params]
+        for p, c, g in zip(params, copies, grads):
+            p.grad, c.grad = g.clone(), g.clone()
+        critic.optimizer.step()
+        default.step()
+    for p, c in zip(params, copies):
+        torch.testing.assert_close(p, c, atol=1e-6, rtol=0)
+
+
+def _bare_q_ensemble() -> QEnsemble:
+    return QEnsemble.__new__(QEnsemble)  # as pickle makes one, before its __setstate__
+
+
+def _pickled_as_before_batching(critic: QCritic) -> bytes:
+    """``critic`` (per-critic ensembles) pickled as an agent saved before the batching pickled
+    it: its ensembles under the name ``QEnsemble``, their state the old ``nets`` layout."""
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer)
+    pickler.dispatch_table = {_PerCriticEnsemble: lambda m: (_bare_q_ensemble, (), m.__dict__)}
+    pickler.dump(critic)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["discrete", "extractor", "sampled"])
+def test_a_critic_pickled_before_the_batching_loads_and_trains_on(kind):
+    critic, policy, feed = _critic_case(kind)
+    old = _per_critic_copy(critic)
+    rng = np.random.default_rng(1)
+    feed([old], rng)
+    _per_critic_update(old, policy)  # Adam has moments to carry over
+    restored = pickle.loads(_pickled_as_before_batching(old))
+    assert type(restored.q) is QEnsemble and "nets" not in restored.q._modules
+    assert restored.q.n_critics == 4 and restored.q.in_dim == old.q.nets[0][0].in_features
+    assert not any(p.requires_grad for p in restored.q_target.parameters())
+    x = torch.randn(40, restored.q.in_dim)
+    for new, before in ((restored.q, old.q), (restored.q_target, old.q_target)):
+        torch.testing.assert_close(new(x), before(x), atol=1e-6, rtol=0)
+    # Its optimizer is over the stacked parameters, with the per-critic moments stacked.
+    held = restored.optimizer.param_groups[0]["params"]
+    assert len(held) == len(list(restored.q.parameters())) + len(restored._extractor_parameters())
+    assert all(a is b for a, b in zip(held, [*restored.q.parameters(), *restored._extractor_parameters()]))
+    per_critic = [[old.optimizer.state[p] for p in net.parameters()] for net in old.q.nets]  # W0, b0, W1, ...
+    for k, p in enumerate(restored.q.parameters()):
+        for moment in ("exp_avg", "exp_avg_sq"):
+            stacked = torch.stack([states[k][moment] for states in per_critic]).view_as(p)
+            assert torch.equal(restored.optimizer.state[p][moment], stacked)
+        assert float(restored.optimizer.state[p]["step"]) == 16.0
+    # Trained on, it takes the steps the old critic takes.
+    feed([old, restored], rng)
+    for c, update in ((old, _per_critic_update), (restored, QCritic.update)):
+        torch.manual_seed(3)
+        update(c, policy)
+    for a, b in zip(_q_params(old), _q_params(restored), strict=True):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=0)
+    assert pickle.loads(pickle.dumps(restored)).optimizer.state_dict()["state"].keys() == restored.optimizer.state_dict()["state"].keys()

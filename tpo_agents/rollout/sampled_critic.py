@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium import spaces
-from stable_baselines3.common.preprocessing import get_flattened_obs_dim
 from torch import nn
 
 from tpo_agents.checks import int_at_least
@@ -115,12 +114,10 @@ class SampledActionCritic(QCritic):
         super().__init__(observation_space, 1, device, net_arch=net_arch, **kwargs)
         # The observation's features as the Discrete critic reads them (its first layer's
         # input), then the action's.
-        first = self.q.nets[0][0]
-        obs_dim = first.in_features if isinstance(first, nn.Linear) else get_flattened_obs_dim(observation_space)
-        in_dim = obs_dim + self.encoder.width
+        in_dim = self.q.in_dim + self.encoder.width
         self.q = QEnsemble(in_dim, 1, tuple(net_arch), self.n_critics).to(self.device)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
-        self.optimizer = torch.optim.Adam([*self.q.parameters(), *self._extractor_parameters()], lr=self.optimizer.param_groups[0]["lr"])
+        self.optimizer = self._make_optimizer(self.optimizer.param_groups[0]["lr"])
         self._actions: np.ndarray | None = None
         """The replay's actions, ``[buffer_size, d]``, at the indices of its transitions."""
 
