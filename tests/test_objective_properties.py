@@ -89,6 +89,16 @@ def test_standardization_is_invariant_to_positive_scale(g, factor):
     torch.testing.assert_close(u1, u2, atol=1e-4, rtol=1e-4)
 
 
+def test_equal_scores_with_a_rounding_residue_are_zero_variance():
+    """Hypothesis found it: seven equal scores times 1.5 have a mean off by an ulp, whose
+    std of rounding residue must not be standardized into +-1 scores."""
+    for factor in (1.0, 1.5, 3.0, 1e6):
+        scores = torch.full((1, 7), 31.6228) * factor
+        assert obj.zero_variance_groups(scores).all()
+        assert (obj.standardize_scores(scores) == 0).all()
+    assert not obj.zero_variance_groups(torch.tensor([[31.6228, 31.6229]])).any()  # a real gap
+
+
 def test_scores_near_the_float32_limit_standardize():
     s = torch.tensor([[3e38, -3e38, 1e38, 0.0]])
     u = obj.standardize_scores(s)

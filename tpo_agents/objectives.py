@@ -45,6 +45,11 @@ __all__ = [
 ZERO_VARIANCE_EPS = 1e-6
 """A group whose population std is at or below this counts as zero-variance (u = 0)."""
 
+ZERO_VARIANCE_ULPS = 8
+"""...or at or below this many units of float rounding of its largest |score|: equal scores
+(31.6228 seven times, times 1.5) give a mean that is off by an ulp and a std of rounding
+residue, which standardizing would blow up into +-1 scores."""
+
 GRPO_STD_EPS = 1e-8
 """GRPO's advantage denominator is ``std + GRPO_STD_EPS``."""
 
@@ -156,6 +161,14 @@ def _scaled_moments(s: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, tor
     return mean * scale, var.clamp_min(0).sqrt() * scale
 
 
+def _flat(scores: torch.Tensor, mask: torch.Tensor, std: torch.Tensor, eps: float) -> torch.Tensor:
+    """``[G, 1]``: groups whose std is within ``eps`` or within float rounding
+    (:data:`ZERO_VARIANCE_ULPS`) of their largest valid |score|: all scores equal."""
+    magnitude = torch.where(mask, scores.abs(), torch.zeros_like(scores)).amax(-1, keepdim=True)
+    rounding = ZERO_VARIANCE_ULPS * torch.finfo(scores.dtype).eps * magnitude
+    return std <= eps + rounding.to(std.dtype)
+
+
 def standardize_scores(
     scores: torch.Tensor,
     mask: torch.Tensor | None = None,
@@ -165,8 +178,8 @@ def standardize_scores(
     """Within-group standardization ``u_i = (s_i - mean(s)) / std(s)``.
 
     ``std`` is the *population* std (divide by K, or by the total weight when
-    ``weights`` are given). A group with ``std <= eps`` is zero-variance and gets
-    ``u = 0`` everywhere; invalid (masked) candidates get ``u = 0``. Finite scores of
+    ``weights`` are given). A group with ``std <= eps`` (or within float rounding of its
+    largest |score|, :data:`ZERO_VARIANCE_ULPS`) is zero-variance and gets ``u = 0`` everywhere; invalid (masked) candidates get ``u = 0``. Finite scores of
     any magnitude (up to the dtype's maximum) standardize without overflow.
     Raises ``ValueError`` on NaN/inf scores (among valid candidates).
     """
@@ -175,7 +188,7 @@ def standardize_scores(
     mask, w = _validity(scores, mask, weights)
     _check_finite("scores", scores, mask)
     mean, std = _group_moments(scores, w)
-    flat = std <= eps
+    flat = _flat(scores, mask, std, eps)
     u = (scores - mean) / torch.where(flat, torch.ones_like(std), std)
     u = torch.where(flat | ~mask, torch.zeros_like(u), u)
     return u.to(scores.dtype)
@@ -186,12 +199,13 @@ def zero_variance_groups(
     mask: torch.Tensor | None = None,
     eps: float = ZERO_VARIANCE_EPS,
 ) -> torch.Tensor:
-    """Bool ``[G]``: True where all valid scores of a group are equal (std <= eps)."""
+    """Bool ``[G]``: True where all valid scores of a group are equal (std <= eps, or
+    within float rounding of the largest |score|)."""
     _check_group("scores", scores)
     _check_same_shape("scores", scores, mask=mask)
     mask, w = _validity(scores, mask, None)
     _check_finite("scores", scores, mask)
-    return (_group_moments(scores, w)[1] <= eps).squeeze(-1)
+    return _flat(scores, mask, _group_moments(scores, w)[1], eps).squeeze(-1)
 
 
 # ----------------------------------------------------------------------------- TPO
@@ -359,7 +373,8 @@ def grpo_advantages(
 ) -> torch.Tensor:
     """GRPO's group advantage ``A_i = (s_i - mean(s)) / (std(s) + eps)`` (population std).
 
-    A zero-variance group (population std <= ``ZERO_VARIANCE_EPS``) gets ``A = 0`` exactly.
+    A zero-variance group (population std <= ``ZERO_VARIANCE_EPS``, or within float rounding
+    of its largest |score|, as :func:`zero_variance_groups` says) gets ``A = 0`` exactly.
     Finite scores of any magnitude are standardized without overflow.
     """
     _check_group("scores", scores, min_k=2)
@@ -370,7 +385,7 @@ def grpo_advantages(
     adv = (scores - mean) / (std + eps)
     # Equal scores can leave a rounding residue in ``s - mean`` (3 x 0.1 does not sum to 0.3):
     # a zero-variance group's advantage is exactly 0.
-    adv = torch.where(mask & (std > ZERO_VARIANCE_EPS), adv, torch.zeros_like(adv))
+    adv = torch.where(mask & ~_flat(scores, mask, std, ZERO_VARIANCE_EPS), adv, torch.zeros_like(adv))
     return adv.to(scores.dtype)
 
 
