@@ -40,6 +40,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from tpo_gym.extras import require
+
 LN_EPS = 1e-5
 """LayerNorm epsilon (torch's default)."""
 ZERO_VARIANCE_EPS = 1e-6
@@ -542,6 +544,9 @@ def measure(threads: int, iterations: int, timeout: float | None = None) -> dict
     """Run :func:`run` in a fresh process limited to ``threads`` threads; returns its
     result (``iteration_ms``, ``sampling_ms``, ``update_ms``, ``compile_s``,
     ``jax_version``, ...) with the ``threads``, ``nproc`` and ``xla_flags`` it ran under."""
+    # Checked here: in the worker a missing jax would only show as its traceback's last line.
+    require("bench", "the JAX baseline (benchmarks.jax_baseline; benchmarks.speed skips it "
+            "with --no-jax-baseline)", "jax", "optax")
     env = thread_env(threads)
     cmd = [
         sys.executable,

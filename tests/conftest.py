@@ -68,3 +68,11 @@ def tiny_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny") / "model"
     build_tiny_causal_lm(path)
     return str(path)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--docs-slow",
+        action="store_true",
+        help="tests/test_docs.py: also run the doc examples marked slow (minutes each)",
+    )

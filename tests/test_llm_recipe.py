@@ -41,11 +41,13 @@ def test_recipe_trains_tpo_and_grpo_with_lora_at_toy_size(tmp_path, tiny_path):
     assert "| TPO |" in (out / "llm_recipe.md").read_text()
 
 
-def test_recipe_rejects_bad_arguments(tmp_path, tiny_path):
+def test_recipe_rejects_bad_arguments(tmp_path, tiny_path, capsys):
     from zoo.paper.llm import recipe as llm_recipe
 
     with pytest.raises(SystemExit):
         llm_recipe.parse_args(["--model", str(tmp_path / "missing")])
+    # The error says how to get a model folder offline, not only that it is missing.
+    assert "hf download" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         llm_recipe.parse_args(["--model", tiny_path, "--k", "1"])
     with pytest.raises(SystemExit):

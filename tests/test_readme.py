@@ -1,6 +1,6 @@
-"""Every Python block of the README runs verbatim on a fresh install, prints what it achieved
-and writes only git-ignored files; the set-up section installs a CPU torch first and the core
-install needs none of the heavy optional packages."""
+"""The README's set-up section installs a CPU torch first, its commands write only git-ignored
+folders, and the core install needs none of the heavy optional packages (tests/test_docs.py
+runs the README's examples)."""
 
 import re
 import shutil
@@ -41,26 +41,6 @@ def _git_ignored(name: str) -> bool:
 def _require_git() -> None:
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs the git checkout to check .gitignore")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("index", range(len(python_blocks())))
-def test_readme_python_block_runs(index, tmp_path):
-    code = python_blocks()[index]
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    # It prints what it achieved (a reward, a rate): some printed line holds a number.
-    assert re.search(r"\d", proc.stdout), f"block {index} printed no result: {proc.stdout!r}"
-    if (ROOT / ".git").exists() and shutil.which("git"):
-        written = [p.name + ("/" if p.is_dir() else "") for p in tmp_path.iterdir()]
-        assert [name for name in written if not _git_ignored(name)] == []
-
-
-def test_every_python_block_prints_a_result():
-    for index, code in enumerate(python_blocks()):
-        assert "print(" in code, f"README python block {index} prints nothing:\n{code}"
 
 
 def test_readme_bash_outputs_are_git_ignored():

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
+from collections.abc import Iterator
+
+from tpo_gym.extras import MissingExtraError
 
 
 def positive_int(text: str) -> int:
@@ -36,10 +41,22 @@ def alias_module(name: str, target: str) -> None:
     """
     import importlib
     import runpy
-    import sys
 
     if name == "__main__":
         sys.modules.pop(target, None)  # runpy warns when the target was imported already
-        runpy.run_module(target, run_name="__main__", alter_sys=True)
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)  # "zoo.train" under -m
+        with exit_on_missing_extra(getattr(spec, "name", None) or target):
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
     else:
         sys.modules[name] = importlib.import_module(target)
+
+
+@contextlib.contextmanager
+def exit_on_missing_extra(prog: str) -> Iterator[None]:
+    """A command line's missing optional extra exits (status 1) with its one-line message
+    (:class:`tpo_gym.extras.MissingExtraError`: what to install) instead of a traceback."""
+    try:
+        yield
+    except MissingExtraError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        sys.exit(1)

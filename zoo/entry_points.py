@@ -13,20 +13,26 @@ from __future__ import annotations
 
 import sys
 
+from zoo.cli import exit_on_missing_extra
+
 
 def train() -> None:
-    """``tpo-zoo-train``: usage and hyperparameter errors exit 2 with their message."""
-    from zoo.rlzoo import train as module
+    """``tpo-zoo-train``: usage and hyperparameter errors exit 2 with their message; without
+    the ``zoo`` extra it exits 1 saying how to install it."""
+    with exit_on_missing_extra("tpo-zoo-train"):
+        from zoo.rlzoo import train as module
 
-    module.run_cli(module.main, "zoo.train")
+        module.run_cli(module.main, "zoo.train")
 
 
 def enjoy() -> None:
-    """``tpo-zoo-enjoy``: usage errors exit 2 with their message."""
-    from zoo.rlzoo import enjoy as module
-    from zoo.rlzoo.train import run_cli
+    """``tpo-zoo-enjoy``: usage errors exit 2 with their message; without the ``zoo`` extra
+    it exits 1 saying how to install it."""
+    with exit_on_missing_extra("tpo-zoo-enjoy"):
+        from zoo.rlzoo import enjoy as module
+        from zoo.rlzoo.train import run_cli
 
-    run_cli(module.main, "zoo.enjoy")
+        run_cli(module.main, "zoo.enjoy")
 
 
 def reproduce() -> None:

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from tpo_gym.extras import needs_extra
+
 __all__ = [
     "BASE_MODEL_SUBFOLDER",
     "apply_lora",
@@ -56,11 +58,20 @@ def is_peft_model(model: Any) -> bool:
     return isinstance(model, PeftModel)
 
 
+# Where a user without a model folder gets one; nothing here downloads.
+GET_A_MODEL_FOLDER = (
+    "to make one, on a machine with internet access run `hf download Qwen/Qwen3-1.7B "
+    "--local-dir /models/Qwen3-1.7B` (huggingface_hub's CLI) and copy the folder here; "
+    "offline, `python -m zoo.pretrain_lm --task arithmetic` builds a small model and prints "
+    "its folder"
+)
+
+
 def _missing(source: Any, what: str = "model") -> ValueError:
     return ValueError(
         f"{what} {str(source)!r} does not exist: expected a local folder written by "
         "save_pretrained (or a model id already in the local Hugging Face cache); "
-        "CausalLMPolicy never downloads"
+        f"CausalLMPolicy never downloads; {GET_A_MODEL_FOLDER}"
     )
 
 
@@ -135,6 +146,7 @@ def _adapter_base(adapter_dir: Path) -> tuple[str, bool]:
     return base, False
 
 
+@needs_extra("llm", "tpo_agents.llm.loading.load_causal_lm")
 def load_causal_lm(model: Any, dtype: Any = None) -> tuple[Any, str | None, str | None]:
     """``(model, source, base_source)`` from a model object or a local path.
 
@@ -174,6 +186,7 @@ def load_causal_lm(model: Any, dtype: Any = None) -> tuple[Any, str | None, str 
     return _from_pretrained(str(model), dtype), str(model), str(model)
 
 
+@needs_extra("llm", "tpo_agents.llm.loading.load_tokenizer")
 def load_tokenizer(tokenizer: Any, model_source: str | None, model: Any):
     """The tokenizer object, ready for batched generation (left padding, a pad token).
 
@@ -212,6 +225,7 @@ def load_tokenizer(tokenizer: Any, model_source: str | None, model: Any):
     return tokenizer
 
 
+@needs_extra("llm", "tpo_agents.llm.loading.apply_lora")
 def apply_lora(model: Any, lora: dict[str, Any] | None):
     """Wrap ``model`` with LoRA adapters (``peft.LoraConfig(task_type="CAUSAL_LM", **lora)``).
 
@@ -240,6 +254,7 @@ def _clean_base_state(base) -> dict[str, torch.Tensor]:
     return state
 
 
+@needs_extra("llm", "tpo_agents.llm.loading.save_causal_lm")
 def save_causal_lm(
     model: Any, tokenizer: Any, directory: str | Path, base_source: str | None
 ) -> Path:

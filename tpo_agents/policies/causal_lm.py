@@ -39,6 +39,7 @@ from tpo_agents.llm.batch import Completions, rowwise_with_recompute
 from tpo_agents.llm.generation import generate_shared_prefix
 from tpo_agents.llm.logprobs import completion_log_probs, completion_mask_after_eos
 from tpo_agents.llm.vec_env import check_text_spaces
+from tpo_gym.extras import needs_extra
 
 CHAT_TEMPLATE_OPTIONS = ("auto", True, False)
 
@@ -112,6 +113,7 @@ class CausalLMPolicy(BasePolicy):
     language_model = True
     """Marks the policy for the agents: prompt vector envs and text collectors."""
 
+    @needs_extra("llm", "CausalLMPolicy")  # builds the model with transformers (and peft)
     def __init__(
         self,
         observation_space: spaces.Space,

@@ -11,13 +11,15 @@ puts channel-last image envs in SB3's ``VecTransposeImage`` (as SB3's ``_wrap_en
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
+from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.preprocessing import (
     check_for_nested_spaces,
     is_image_space,
@@ -212,10 +214,35 @@ _DUMMY_BUFFERS = ("buf_obs", "buf_dones", "buf_rews", "buf_infos", "actions", "r
 DUMMY_SNAPSHOT_LIMIT_BYTES = 32 * 2**20
 
 
+def _monitors(env: Any) -> list[Monitor]:
+    """The SB3 ``Monitor`` wrappers in ``env``'s wrapper chain, outermost first."""
+    found = []
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, Monitor):
+            found.append(env)
+        env = env.env
+    return found
+
+
+@contextlib.contextmanager
+def _monitor_logs_detached(envs: Sequence[Any]) -> Iterator[None]:
+    """Within the block the sub-envs' ``Monitor`` log writers (open files, which cannot be
+    pickled and belong to the live run, not to a snapshot) are set aside."""
+    saved = [(m, m.results_writer) for env in envs for m in _monitors(env)]
+    for monitor, _ in saved:
+        monitor.results_writer = None
+    try:
+        yield
+    finally:
+        for monitor, writer in saved:
+            monitor.results_writer = writer
+
+
 def dummy_vec_env_state(vec_env: Any, limit_bytes: int | None = None) -> dict[str, Any] | None:
     """A snapshot of an SB3 ``DummyVecEnv`` whose sub-envs can be pickled (classic control,
     toy text, ...): every sub-env (wrappers, episode counters and random streams included)
-    and the vector env's buffers, serialized with cloudpickle. None, with a warning saying
+    and the vector env's buffers, serialized with cloudpickle. A ``Monitor``'s log file is
+    not part of it: a restore keeps logging to the live env's file. None, with a warning saying
     why, when a sub-env cannot be pickled or the snapshot exceeds ``limit_bytes`` (default
     :data:`DUMMY_SNAPSHOT_LIMIT_BYTES`); then a resume starts from a reset. None without a
     warning when ``vec_env`` is not a ``DummyVecEnv``."""
@@ -229,7 +256,8 @@ def dummy_vec_env_state(vec_env: Any, limit_bytes: int | None = None) -> dict[st
     limit = DUMMY_SNAPSHOT_LIMIT_BYTES if limit_bytes is None else limit_bytes
     buffers = {name: getattr(vec_env, name) for name in _DUMMY_BUFFERS if hasattr(vec_env, name)}
     try:
-        pickled = cloudpickle.dumps((vec_env.envs, buffers))
+        with _monitor_logs_detached(vec_env.envs):
+            pickled = cloudpickle.dumps((vec_env.envs, buffers))
     except Exception as error:  # noqa: BLE001 - any failure means "no snapshot"
         problem = f"its sub-envs cannot be pickled ({type(error).__name__}: {error})"
     else:
@@ -254,6 +282,11 @@ def restore_dummy_vec_env_state(vec_env: Any, state: dict[str, Any]) -> None:
     import cloudpickle
 
     envs, buffers = cloudpickle.loads(state["pickled"])
+    for live, restored in zip(vec_env.envs, envs):  # the snapshot has no log files: keep the live ones
+        live_monitors, restored_monitors = _monitors(live), _monitors(restored)
+        if len(live_monitors) == len(restored_monitors):
+            for a, b in zip(live_monitors, restored_monitors):
+                b.results_writer = a.results_writer
     vec_env.envs = envs
     for name, value in buffers.items():
         setattr(vec_env, name, value)

@@ -8,9 +8,13 @@ is *Triple* Preference Optimization, an unrelated preference method. Importing t
 imports ``trl`` (the ``llm`` extra). See ``docs/llm_trl.md``.
 """
 
-from tpo_agents.trl.config import IGNORED_GRPO_OPTIONS, TargetPOConfig, TPOConfig
-from tpo_agents.trl.loss import standardize_group_rewards, tpo_group_loss
-from tpo_agents.trl.trainer import TargetPOTrainer, TPOTrainer
+from tpo_gym.extras import needs_extra
+
+# Every module of this package imports it first: a missing trl/transformers names the extra.
+with needs_extra("llm", "tpo_agents.trl"):
+    from tpo_agents.trl.config import IGNORED_GRPO_OPTIONS, TargetPOConfig, TPOConfig
+    from tpo_agents.trl.loss import standardize_group_rewards, tpo_group_loss
+    from tpo_agents.trl.trainer import TargetPOTrainer, TPOTrainer
 
 __all__ = [
     "IGNORED_GRPO_OPTIONS",

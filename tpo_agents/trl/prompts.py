@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tpo_gym.extras import needs_extra
+
 __all__ = ["PromptEnvReward", "greedy_accuracy", "prompt_env_dataset"]
 
 
@@ -35,7 +37,8 @@ def prompt_env_dataset(env: Any, indices: Sequence[int] | None = None, chat: boo
 
     :param indices: which problems (default: all, in order).
     """
-    from datasets import Dataset
+    with needs_extra("llm", "tpo_agents.trl.prompts.prompt_env_dataset"):
+        from datasets import Dataset
 
     base = _prompt_env(env)
     prompts = base.prompts

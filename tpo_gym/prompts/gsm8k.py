@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tpo_gym.extras import needs_extra
 from tpo_gym.prompts.extraction import extract_answer, numbers_equal, parse_number
 from tpo_gym.prompts.reasoning import ANSWER_INSTRUCTION
 from tpo_gym.prompts.tasks import TaskSource
@@ -48,13 +49,8 @@ def _read_jsonl(path: Path) -> list[Any]:
 
 
 def _read_parquet(path: Path) -> list[Any]:
-    try:
+    with needs_extra("llm", f"reading {path} (or convert it to JSONL)"):
         import pyarrow.parquet as pq
-    except ImportError as err:  # pragma: no cover - pyarrow is installed in dev
-        raise ImportError(
-            f"reading {path} needs pyarrow: pip install pyarrow (or pip install 'tpo[llm]'), "
-            "or convert the file to JSONL"
-        ) from err
     try:
         table = pq.read_table(path)
     except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError

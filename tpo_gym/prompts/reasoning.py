@@ -14,6 +14,7 @@ import difflib
 import json
 from typing import Any
 
+from tpo_gym.extras import needs_extra
 from tpo_gym.prompts.tasks import TaskSource, check_score
 from tpo_gym.validation import check_int
 
@@ -26,14 +27,9 @@ ANSWER_INSTRUCTION = (
 
 
 def _import_reasoning_gym() -> Any:
-    try:
+    with needs_extra("llm", "Reasoning Gym tasks (ReasoningGym-v0)"):
         import reasoning_gym
         import reasoning_gym.factory  # noqa: F401  (the registry)
-    except ImportError as err:  # pragma: no cover - reasoning-gym is installed in dev
-        raise ImportError(
-            "Reasoning Gym tasks need the reasoning-gym package: pip install reasoning-gym "
-            "(or pip install 'tpo[llm]')"
-        ) from err
     return reasoning_gym
 
 

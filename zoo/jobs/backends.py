@@ -459,14 +459,12 @@ class LocalBackend(Backend):
 
 
 def import_ray():
-    """The ``ray`` module, or a :class:`BackendError` that says how to install it."""
-    try:
+    """The ``ray`` module, or a :class:`~tpo_gym.extras.MissingExtraError` (an ImportError)
+    that says how to install it."""
+    from tpo_gym.extras import needs_extra
+
+    with needs_extra("ray", "--backend ray"):
         import ray
-    except ImportError as exc:
-        raise BackendError(
-            f"--backend ray needs the 'ray' package, which is not installed ({exc}); "
-            "install the optional extra with `pip install 'tpo[ray]'` (or `pip install 'ray[default]'`)"
-        ) from None
     return ray
 
 
@@ -614,7 +612,8 @@ def check_backend_args(name: str, address: str | None = None) -> None:
     """Validate a backend choice without connecting to anything.
 
     Raises ValueError for an unknown backend name, an address given with ``local`` or a
-    malformed address, and :class:`BackendError` when ``ray`` is chosen but not installed.
+    malformed address, and :class:`~tpo_gym.extras.MissingExtraError` when ``ray`` is chosen but not
+    installed.
     """
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; expected one of {BACKENDS}")

@@ -51,6 +51,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from tpo_gym.extras import MissingExtraError
 from zoo.cli import positive_float, positive_int
 from zoo.jobs.backends import BACKENDS, BackendError, check_backend_args
 from zoo.jobs.results import summarize, write_outputs
@@ -289,12 +290,12 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         try:
             check_backend_args(args.backend, args.ray_address)
-        except (ValueError, BackendError) as exc:
+        except (ValueError, BackendError, MissingExtraError) as exc:
             parser.error(str(exc))
     t0 = time.perf_counter()
     try:
         result = exp.run(args)
-    except BackendError as exc:
+    except (BackendError, MissingExtraError) as exc:
         parser.error(str(exc))
     except SweepInterrupted as exc:  # Ctrl-C: finished jobs are cached (docs/sweeps.md)
         print(exc, file=sys.stderr)

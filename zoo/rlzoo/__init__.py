@@ -20,7 +20,9 @@ argument parsers accept them once this runs before they parse) and our Optuna sa
   rollouts per prompt), K otherwise; under ``-optimize`` it is re-derived for each
   trial's sampled ``batch_size`` / K;
 * ``learning_rate`` kept a number or a ``lin_<x>`` schedule, ``clip_range`` a number
-  (our agents take a float clip, not a schedule).
+  (our agents take a float clip, not a schedule);
+* under ``-optimize``, ``--timeout`` (:attr:`ZooExperimentManager.time_limit`): no new trial
+  starts after it and rl-zoo3's report is written as after ``--n-trials``.
 
 :func:`installed` puts the subclass where ``rl_zoo3.train.train`` and
 ``rl_zoo3.enjoy.enjoy`` look it up (their module global ``ExperimentManager``) for the
@@ -29,27 +31,36 @@ duration of a call, so their own code runs unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import io
+import sys
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import gymnasium as gym
-from rl_zoo3.exp_manager import ExperimentManager
-from rl_zoo3.utils import SimpleLinearSchedule
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-from zoo.rlzoo.hyperparams import (
-    HyperparamsError,
-    check_section,
-    default_config,
-    evaluate_policy_kwargs,
-    load_file,
-    select_section,
-)
-from zoo.rlzoo.samplers import SAMPLERS, convert_params
-from zoo.rlzoo.vec_env import NativeVecEnv, is_native
+from tpo_gym.extras import needs_extra
+
+# Every module of zoo.rlzoo imports this package first: the one place that says which
+# extra a core install lacks (rl-zoo3, optuna, pyyaml), instead of "No module named 'yaml'".
+with needs_extra("zoo", "zoo.rlzoo (python -m zoo.train, zoo.enjoy)"):
+    from rl_zoo3.exp_manager import ExperimentManager
+    from rl_zoo3.utils import SimpleLinearSchedule
+
+    from zoo.rlzoo.hyperparams import (
+        HyperparamsError,
+        check_section,
+        default_config,
+        evaluate_policy_kwargs,
+        load_file,
+        select_section,
+    )
+    from zoo.rlzoo.samplers import SAMPLERS, convert_params
+    from zoo.rlzoo.vec_env import NativeVecEnv, is_native
 
 VEC_ENV_CHOICES = ("auto", "native", "dummy", "subproc")
 """``--vec-env`` of zoo.rlzoo.train: ``auto`` is ``native`` for envs with a native vector env,
@@ -148,10 +159,15 @@ class ZooExperimentManager(ExperimentManager):
 
     vec_env_choice: ClassVar[str] = "auto"
     """``--vec-env`` as given to zoo.rlzoo.train (rl-zoo3's own parser knows dummy/subproc only)."""
+    time_limit: ClassVar[float | None] = None
+    """``--timeout`` of zoo.rlzoo.train: seconds after which a study starts no new trial."""
     last: ClassVar[ZooExperimentManager | None] = None
     """The latest instance (its ``save_path`` is the run folder)."""
 
     def __init__(self, *args: Any, config: str | None = None, **kwargs: Any):
+        # rl-zoo3's vec_env_type (from its --vec-env, whose choices zoo.rlzoo.train widens)
+        # knows dummy/subproc only; the class is chosen below from ``vec_env_choice``.
+        kwargs["vec_env_type"] = "dummy"
         super().__init__(*args, config=config, **kwargs)
         if config is None:
             ours = default_config(self.algo)
@@ -204,7 +220,19 @@ class ZooExperimentManager(ExperimentManager):
         if "policy_kwargs" in hyperparams:
             hyperparams["policy_kwargs"] = evaluate_policy_kwargs(hyperparams["policy_kwargs"], self.config)
         explicit_n_envs = "n_envs" in hyperparams
-        result = super()._preprocess_hyperparams(hyperparams)
+        derive = self.ours and not explicit_n_envs
+        # rl-zoo3 prints "Using 1 environments" (its default) before we size n_envs like the
+        # agent does: hold its output back and drop that line, so one true line is printed.
+        held = io.StringIO() if derive and self.verbose > 0 else None
+        try:
+            with contextlib.redirect_stdout(held) if held is not None else contextlib.nullcontext():
+                result = super()._preprocess_hyperparams(hyperparams)
+        finally:
+            if held is not None:
+                lines = held.getvalue().splitlines(keepends=True)
+                if lines and lines[0] == f"Using {self.n_envs} environments\n":
+                    del lines[0]
+                sys.stdout.write("".join(lines))
         if self.ours:
             layout = self._layout(result[0])
             if layout.needs_native and self.vec_env_class is not NativeVecEnv:
@@ -242,14 +270,32 @@ class ZooExperimentManager(ExperimentManager):
             extra = {"using_her_replay_buffer": False, "her_kwargs": {}}
             sampled = HYPERPARAMS_SAMPLER[self.algo](trial, self.n_actions, self.n_envs, extra)
             self.n_envs = self._layout({**self._hyperparams, **sampled}).n_envs
-        return super().objective(trial)
+        try:
+            return super().objective(trial)
+        finally:  # Optuna's own timeout semantics: the running trial finishes, no new one starts
+            if self.time_limit is not None and time.monotonic() - self._study_start >= self.time_limit:
+                print(f"zoo.train: --timeout {self.time_limit:g} s reached: no new trial starts")
+                trial.study.stop()
+
+    def hyperparameters_optimization(self) -> None:
+        """rl-zoo3's study (its report is written when ``--n-trials`` are done, at
+        ``--timeout`` or on Ctrl-C / SIGTERM), or one line when no trial completed."""
+        self._study_start = time.monotonic()
+        try:
+            super().hyperparameters_optimization()
+        except ValueError as err:  # Optuna's study.best_trial with no complete trial
+            if "No trials are completed yet" not in str(err):
+                raise
+            print("zoo.train: the study stopped before any trial completed: no report written")
 
 
-@contextmanager
-def installed(vec_env: str = "auto", enjoy_env_id: str | None = None) -> Iterator[type[ZooExperimentManager]]:
+@contextlib.contextmanager
+def installed(
+    vec_env: str = "auto", enjoy_env_id: str | None = None, time_limit: float | None = None
+) -> Iterator[type[ZooExperimentManager]]:
     """Within the block, ``rl_zoo3.train.train`` and ``rl_zoo3.enjoy.enjoy`` use
-    :class:`ZooExperimentManager` (with ``--vec-env vec_env``); for enjoy, the test env
-    of ``enjoy_env_id`` is built with the same vec env choice."""
+    :class:`ZooExperimentManager` (with ``--vec-env vec_env`` and ``--timeout time_limit``);
+    for enjoy, the test env of ``enjoy_env_id`` is built with the same vec env choice."""
     register()
     import rl_zoo3.enjoy
     import rl_zoo3.train
@@ -259,8 +305,10 @@ def installed(vec_env: str = "auto", enjoy_env_id: str | None = None) -> Iterato
         rl_zoo3.enjoy.ExperimentManager,
         ZooExperimentManager.vec_env_choice,
         ZooExperimentManager.default_vec_env_cls,
+        ZooExperimentManager.time_limit,
     )
     ZooExperimentManager.vec_env_choice = vec_env
+    ZooExperimentManager.time_limit = time_limit
     if enjoy_env_id is not None:
         kind = resolve_vec_env(vec_env, enjoy_env_id)
         ZooExperimentManager.default_vec_env_cls = {"native": NativeVecEnv, "dummy": None, "subproc": SubprocVecEnv}[kind]
@@ -274,4 +322,5 @@ def installed(vec_env: str = "auto", enjoy_env_id: str | None = None) -> Iterato
             rl_zoo3.enjoy.ExperimentManager,
             ZooExperimentManager.vec_env_choice,
             ZooExperimentManager.default_vec_env_cls,
+            ZooExperimentManager.time_limit,
         ) = saved

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from tpo_agents.atomic import atomic_folder
+from tpo_gym.extras import needs_extra
 
 __all__ = [
     "RECIPE_VERSION",
@@ -198,8 +199,10 @@ def pretrain_causal_lm(
         ``reached_target``, ``parameters``, ``seconds``.
     """
     import torch
+    import transformers
 
     from tpo_agents.trl.prompts import greedy_accuracy
+    from zoo.jobs.backends import single_torch_thread
     from zoo.paper.llm.tiny import build_tiny_causal_lm
 
     task = SPARSE_TASKS[config.task]
@@ -223,7 +226,8 @@ def pretrain_causal_lm(
     start = time.perf_counter()
     accuracy, step = 0.0, 0
     model.train()
-    with torch.random.fork_rng(devices=[]):
+    # One thread on every machine: float rounding, hence the weights, depends on the count.
+    with torch.random.fork_rng(devices=[]), single_torch_thread():
         torch.manual_seed(config.seed)
         for step in range(1, config.max_steps + 1):
             rows = torch.randint(len(train), (config.batch_size,), generator=generator).tolist()
@@ -251,6 +255,8 @@ def pretrain_causal_lm(
         "reached_target": accuracy >= config.target_accuracy,
         "parameters": sum(p.numel() for p in model.parameters()),
         "seconds": time.perf_counter() - start,
+        "built_with": {"torch": torch.__version__, "transformers": transformers.__version__,
+                       "torch_threads": 1},
     }
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -285,17 +291,39 @@ def config_hash(config: SFTConfig) -> str:
 
 @contextlib.contextmanager
 def _lock(path: Path):
+    """Hold an exclusive ``flock`` on ``path``. The OS releases it when its holder dies, so a
+    lock file left by a killed build never blocks; the holder removes the file on release."""
     import fcntl
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
+    while True:
+        handle = open(path, "a")
         fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        try:  # the previous holder may have removed the file we waited on: lock the new one
+            if os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        handle.close()
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # before unlocking, so a waiter sees it is gone
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
 
 
+def _remove_leftovers(folder: Path, log: Callable[[str], None] | None) -> None:
+    """Delete the temporary folders a killed build of ``folder`` left (``atomic_folder``'s
+    ``.<name>.<pid>-<id>.tmp`` and ``.tmp.old``); call it holding the folder's lock."""
+    leftovers = sorted(folder.parent.glob(f".{folder.name}.*.tmp*"))
+    for path in leftovers:
+        shutil.rmtree(path, ignore_errors=True)
+    if leftovers and log is not None:
+        log(f"removed {len(leftovers)} temporary folder(s) left by an interrupted build of {folder.name}")
+
+
+@needs_extra("llm", "the small pretrained models (zoo.paper.llm.pretrain, python -m zoo.pretrain_lm)")
 def pretrained_lm(
     task: str = "arithmetic",
     cache_dir: str | Path | None = None,
@@ -316,6 +344,7 @@ def pretrained_lm(
     with _lock(root / f".{folder.name}.lock"):
         if (folder / "sft_report.json").exists():  # another process built it meanwhile
             return folder
+        _remove_leftovers(folder, log)
         with atomic_folder(folder) as staging:
             pretrain_causal_lm(config, staging, log=log)
     return folder

@@ -51,6 +51,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from tpo_gym.extras import needs_extra  # noqa: E402
 from zoo.cli import positive_float, positive_int  # noqa: E402
 from zoo.paper import numbers as paper_numbers  # noqa: E402
 
@@ -218,10 +219,16 @@ def parse_args(argv=None):
     if args.lora_rank < 0 or args.beta < 0 or args.eval_size < 0:
         p.error("--lora-rank, --beta and --eval-size must be >= 0")
     if not Path(args.model).exists():
-        p.error(f"--model {args.model!r} does not exist (a local folder is needed; nothing is downloaded)")
+        from tpo_agents.llm.loading import GET_A_MODEL_FOLDER
+
+        p.error(
+            f"--model {args.model!r} does not exist: a local model folder is needed (nothing "
+            f"is downloaded); {GET_A_MODEL_FOLDER}"
+        )
     return args
 
 
+@needs_extra("llm", "python -m zoo.llm_recipe")
 def main(argv=None) -> dict:
     args = parse_args(argv)
     import torch

@@ -46,6 +46,7 @@ import warnings
 from pathlib import Path
 
 from tpo_agents.atomic import write_json_atomic
+from tpo_gym.extras import needs_extra
 from zoo.jobs.sweep import cache_root
 from zoo.paper import numbers as paper_numbers
 
@@ -429,6 +430,7 @@ def _parse_lr_choice(items: list[str]) -> dict[str, float]:
     return out
 
 
+@needs_extra("llm", "python -m zoo.llm_study")
 def main(argv: list[str] | None = None) -> dict:
     from zoo.paper.llm.pretrain import SPARSE_TASKS, pretrained_lm
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
+from tpo_gym.extras import needs_extra
+
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 CHARACTERS = string.printable  # digits, letters, punctuation, whitespace
 
@@ -27,6 +29,7 @@ CHAT_TEMPLATE = (
 )
 
 
+@needs_extra("llm", "zoo.paper.llm.tiny.build_char_tokenizer")
 def build_char_tokenizer(chat_template: bool = True):
     """A ``PreTrainedTokenizerFast`` with one token per printable ASCII character.
 
@@ -55,6 +58,7 @@ def build_char_tokenizer(chat_template: bool = True):
     return tokenizer
 
 
+@needs_extra("llm", "zoo.paper.llm.tiny.build_tiny_causal_lm")
 def build_tiny_causal_lm(
     path: str | Path | None = None,
     hidden_size: int = 64,
