@@ -54,6 +54,14 @@ def eval_grid(timesteps: int, eval_every: int) -> list[int]:
     return list(range(0, timesteps, eval_every)) + [timesteps]
 
 
+def env_interactions(model) -> int:
+    """Every env transition ``model`` made: its ``num_timesteps`` plus, for agents that play
+    candidates from copies of the state (``branch`` groups), those simulation steps
+    (``env_steps_total``). Budgets and evaluation grids of the benchmarks count these, so a
+    method that simulates pays for it as a user who pays for env steps would."""
+    return int(getattr(model, "env_steps_total", model.num_timesteps))
+
+
 def make_eval_callback(
     eval_env, grid: Sequence[int], n_eval_episodes: int, report: Callable[[int, float], None] | None = None
 ):
@@ -61,8 +69,9 @@ def make_eval_callback(
 
     Its ``returns`` list gets one mean return (over ``n_eval_episodes`` episodes,
     ``deterministic=True``) per grid point; ``report(step, mean_return)`` is called with
-    each. A grid point crossed mid-rollout is evaluated right there (for every method the
-    policy is the one of the last completed update). Training stops at the last point.
+    each. The grid is in env interactions of every kind (:func:`env_interactions`). A grid
+    point crossed mid-rollout is evaluated right there (for every method the policy is the
+    one of the last completed update). Training stops at the last point.
     """
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
@@ -72,19 +81,22 @@ def make_eval_callback(
             super().__init__()
             self.returns: list[float] = []
 
+        def _due(self) -> bool:
+            return len(self.returns) < len(grid) and env_interactions(self.model) >= grid[len(self.returns)]
+
         def _evaluate(self) -> None:
             mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=n_eval_episodes, deterministic=True)
-            while len(self.returns) < len(grid) and self.num_timesteps >= grid[len(self.returns)]:
+            while self._due():
                 self.returns.append(float(mean))
                 if report is not None:
                     report(grid[len(self.returns) - 1], float(mean))
 
         def _on_training_start(self) -> None:
-            if grid[0] <= self.num_timesteps:
+            if self._due():
                 self._evaluate()
 
         def _on_step(self) -> bool:
-            if len(self.returns) < len(grid) and self.num_timesteps >= grid[len(self.returns)]:
+            if self._due():
                 self._evaluate()
             return len(self.returns) < len(grid)
 
@@ -150,9 +162,9 @@ def train_run(
     progress: Any = None,
     extra: Callable[[Any], dict] | None = None,
 ) -> dict[str, Any]:
-    """Build ``run``'s model and eval env (``build(run)``), train to the budget with
-    :func:`make_eval_callback`; ``{"returns", "seconds", "num_timesteps"}`` plus
-    ``extra(model)``.
+    """Build ``run``'s model and eval env (``build(run)``), train to the budget of env
+    interactions of every kind with :func:`make_eval_callback`; ``{"returns", "seconds",
+    "num_timesteps", "env_steps_total"}`` plus ``extra(model)``.
 
     ``progress``: None or the sweep's mapping, set to the number of evaluations done.
     Raises RuntimeError when training ended before the last evaluation point.
@@ -176,12 +188,14 @@ def train_run(
         model.get_env().close()
     if len(callback.returns) < len(grid):
         raise RuntimeError(
-            f"{run.name}: stopped at {model.num_timesteps} steps, {len(callback.returns)}/{len(grid)} evaluations"
+            f"{run.name}: stopped at {env_interactions(model)} env interactions, "
+            f"{len(callback.returns)}/{len(grid)} evaluations"
         )
     record = {
         "returns": callback.returns,
         "seconds": time.perf_counter() - started,
         "num_timesteps": int(model.num_timesteps),
+        "env_steps_total": env_interactions(model),
     }
     if extra is not None:
         record.update(extra(model))
@@ -253,6 +267,9 @@ def summarize_method(steps: list[int], runs: list[dict], seeds: list[int], thres
         "steps_to_threshold_per_seed": [first_step_at_least(r, steps, threshold) for r in returns],
         "seconds": [round(r["seconds"], 2) for r in runs],
         "trained_timesteps": [r["num_timesteps"] for r in runs],
+        # Records from before interactions were counted (no branch runs among them) hold
+        # num_timesteps only, which then is every interaction.
+        "env_steps_total": [r.get("env_steps_total", r["num_timesteps"]) for r in runs],
     }
 
 

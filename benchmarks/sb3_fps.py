@@ -21,17 +21,12 @@ import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 
+from benchmarks.harness import env_interactions
 from tpo_agents import DG, GRPO, TPO
 from tpo_agents.atomic import write_json_atomic
 from zoo.cli import positive_int
 
 AGENTS = {"PPO": PPO, "TPO": TPO, "GRPO": GRPO, "DG": DG}
-
-
-def env_steps(model) -> int:
-    """Every env transition the agent made: its ``num_timesteps`` plus branch-group
-    simulation steps where its mode makes them."""
-    return int(model.env_steps_total) if hasattr(model, "env_steps_total") else int(model.num_timesteps)
 
 
 def measure(name: str, n_envs: int, steps: int, seed: int = 0) -> dict:
@@ -41,7 +36,7 @@ def measure(name: str, n_envs: int, steps: int, seed: int = 0) -> dict:
     model.learn(steps)
     seconds = time.perf_counter() - start
     env.close()
-    total = env_steps(model)
+    total = env_interactions(model)
     return {"env_steps": total, "seconds": round(seconds, 3), "fps": round(total / seconds, 1)}
 
 

@@ -112,7 +112,7 @@ def test_tiny_run_writes_json_png_md_and_the_cache(gd, tiny):
     for env_name in ENVS:
         rows = [line for line in md.splitlines() if line.startswith(f"| {env_name} |")]
         assert len(rows) == 3, env_name
-        assert all(row.count("|") == 10 for row in rows)  # 9 columns
+        assert all(row.count("|") == 12 for row in rows)  # 11 columns
     assert "matches PPO-zoo |" in md
     assert re.search(rf"TPO with defaults matches PPO-zoo on {tpo['matches']} of 2 envs", md)
     assert "IdentityEnv-10: ppo_zoo: no rl-zoo3 entry, SB3 defaults" in md
@@ -285,3 +285,22 @@ def test_runs_as_a_module_from_any_folder(tmp_path):
     text = " ".join(proc.stdout.split())
     assert "python -m benchmarks.gym_defaults" in text and "--cache DIR" in text
     assert "(default: results)" in text and "(default: OUT/cache;" in text
+
+
+def test_a_branch_run_cached_before_interactions_were_counted_is_run_again(gd, tiny, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    shutil.copytree(tiny[0], out)
+    path = out / "cache" / "gym_defaults" / "IdentityEnv-10__tpo__seed0.json"
+    record = json.loads(path.read_text())
+    record.pop("env_steps_total")
+    record["resolved"]["group_mode"] = "branch"  # as a Pendulum run made before the count
+    path.write_text(json.dumps(record))
+    assert not gd.runner.counts_every_interaction(record)
+    reported = gd.main(tiny_argv(out, "--cached-only"))
+    assert "IdentityEnv-10__tpo__seed0" in reported["missing"]  # not reported as comparable
+    trained = []
+    real_run_one = gd.runner.run_one
+    monkeypatch.setattr(gd.runner, "run_one", lambda run, progress=None: trained.append(run.name) or real_run_one(run, progress))
+    again = gd.main(tiny_argv(out))
+    assert trained == ["IdentityEnv-10__tpo__seed0"] and again["missing"] == []
+    assert "env_steps_total" in json.loads(path.read_text())

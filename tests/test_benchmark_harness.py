@@ -80,3 +80,27 @@ def test_eval_grid_threshold_and_standard_error():
     assert harness.first_step_at_least([9, 100, 200, 300], steps, 475) is None
     assert harness.standard_error(np.array([[1.0, 2.0]])).tolist() == [0.0, 0.0]  # one seed
     assert harness.standard_error(np.array([[1.0], [3.0]])).tolist() == pytest.approx([1.0])
+
+
+def build_branching(run: Run):
+    """TPO with branch groups on CartPole: most of its env transitions are state copies."""
+    import gymnasium as gym
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from tpo_agents import TPO
+
+    eval_env = DummyVecEnv([lambda: Monitor(gym.make(run.env))])
+    model = TPO("MlpPolicy", run.env, seed=run.seed, group_mode="branch", batch_size=4, **run.hyperparameters)
+    return model, eval_env
+
+
+def test_the_budget_and_grid_count_every_env_interaction():
+    """A branch run stops at its budget of env interactions of every kind, training-env
+    steps plus the steps of state copies, not at that many training-env steps."""
+    budget = 600
+    run = Run("tiny", "CartPole-v1", "tpo", 0, budget, budget // 2, 1, {})
+    record = harness.train_run(run, build_branching)
+    assert len(record["returns"]) == 3
+    assert budget <= record["env_steps_total"] < budget + 400  # stopped within an iteration of it
+    assert record["num_timesteps"] < record["env_steps_total"] / 2  # most were simulation

@@ -88,7 +88,7 @@ def _row(env_name: str, env: dict, key: str, m: dict) -> str:
         errors = "; ".join(f"seed {f['seed']}: {f['error']}" for f in m["failures"])
         errors = errors.replace("|", "/").replace("\n", " ")  # keep the table row one row
         text = f"all runs failed ({errors})" if errors else "no run in the cache"
-        return f"| {env_name} | {label} | {env['timesteps']} | {text} | | | | | |"
+        return f"| {env_name} | {label} | {env['timesteps']} | {text} | | | | | | | |"
     reached = sum(s is not None for s in m["steps_to_threshold_per_seed"])
     to_th = m["steps_to_threshold"]
     verdict = env["matches_ppo_zoo"].get(key)
@@ -101,7 +101,9 @@ def _row(env_name: str, env: dict, key: str, m: dict) -> str:
         f"{m['last_evals_mean_return']:.2f} +- {m['last_evals_se']:.2f}",
         f"{'-' if to_th is None else to_th} (>= {env['threshold']:g})",
         f"{reached}/{len(m['seeds'])}{failed}",
+        f"{np.mean(m['env_steps_total']):.0f}",
         f"{np.mean(m['seconds']):.0f}",
+        f"{np.mean(np.array(m['env_steps_total']) / np.array(m['seconds'])):.0f}",
         "" if verdict is None else ("yes" if verdict else "no"),
     ]
     return "| " + " | ".join(cells) + " |"
@@ -110,16 +112,19 @@ def _row(env_name: str, env: dict, key: str, m: dict) -> str:
 TABLE_HEAD = (
     "| env | method | env steps | final return (mean +- s.e.) | "
     f"mean of last {LAST_EVALS} evals (+- s.e.) | steps to threshold (seed mean) | "
-    "seeds reaching threshold | wall s per run | matches PPO-zoo |\n"
-    "|---|---|---|---|---|---|---|---|---|"
+    "seeds reaching threshold | env interactions per run (all kinds) | wall s per run | "
+    "env steps per s | matches PPO-zoo |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
 def protocol(cfg: dict) -> str:
     """The page's opening paragraph: what each method is and how it was measured."""
     return (
-        f"Every method gets the same env-step budget per env ({cfg['timesteps_scale']:g} x the "
-        f"env's default); {cfg['n_seeds']} seeds; the greedy policy is evaluated on "
+        f"Every method gets the same budget of env interactions per env ({cfg['timesteps_scale']:g} "
+        "x the env's default), counting every kind: steps of the training env and the steps of "
+        "state copies that `branch` groups play (`env_steps_total`); "
+        f"{cfg['n_seeds']} seeds; the greedy policy is evaluated on "
         f"{cfg['n_eval_episodes']} episodes of a separately seeded eval env every "
         f"{cfg['eval_every_fraction']:g} of the budget. TPO and GRPO: `TPO(\"MlpPolicy\", env, seed=s)`, "
         "no other argument. PPO-zoo: SB3 PPO with rl-zoo3's hyperparameters for the env "
@@ -171,7 +176,9 @@ def markdown(result: dict) -> str:
         lines += ["", "## Failed runs", ""]
         lines += [f"- {f['id']}: {f['error']}" for f in result["failures"]]
     if result["missing"]:
-        lines += ["", f"## Not in the cache ({len(result['missing'])} runs)", ""]
+        lines += ["", f"## Not in the cache ({len(result['missing'])} runs)", "",
+                  "(Runs cached before every env interaction was counted, `branch` runs whose budget "
+                  "left out the steps of state copies, are listed here too: a rerun trains them again.)", ""]
         lines += [f"- {name}" for name in result["missing"]]
     where = " (report from the cache only)" if cfg["cached_only"] else ""
     lines.append(

@@ -123,9 +123,17 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
+def counts_every_interaction(record: dict) -> bool:
+    """False for a record made before branch simulation steps were counted: a ``branch``
+    run without ``env_steps_total`` had a budget of real env steps while it made many more
+    env transitions, so it is not comparable and is run again."""
+    return "env_steps_total" in record or record.get("resolved", {}).get("group_mode") != "branch"
+
+
 def read_cache(runs: list[Run], cache: Path) -> dict[str, dict]:
     """The cached records of ``runs`` (finished or failed) under the cache root ``cache``,
-    by run name.
+    by run name; records that do not count every env interaction
+    (:func:`counts_every_interaction`) are left out, as if not cached.
 
     Raises :class:`CacheConfigError` naming the files whose config differs from the
     run's (a changed budget, eval setting or hyperparameter is never mixed in). A file
@@ -146,7 +154,8 @@ def read_cache(runs: list[Run], cache: Path) -> dict[str, dict]:
             keys = sorted(k for k in set(want) | set(have) if have.get(k) != want.get(k))
             differing.append(f"{path} (differs in {', '.join(keys)})")
             continue
-        found[run.name] = record
+        if counts_every_interaction(record):
+            found[run.name] = record
     if differing:
         raise CacheConfigError(
             f"{len(differing)} cache file(s) hold a run config that differs from the one asked for: "
@@ -163,9 +172,9 @@ def run_missing(
     runs: list[Run], cached: dict[str, dict], cache: Path, workers: int, quiet: bool, info: dict | None = None
 ) -> dict[str, dict]:
     """Every run's record: the cached ones reused, failed ones (``"failed"`` in their cached
-    record) and uncached ones run with :func:`run_job` in ``workers`` processes and cached
-    under the cache root ``cache``."""
-    for run in runs:  # failed runs are tried again
-        if "failed" in cached.get(run.name, {}):
+    record), uncounted ones (not in ``cached``, see :func:`read_cache`) and uncached ones run
+    with :func:`run_job` in ``workers`` processes and cached under the cache root ``cache``."""
+    for run in runs:  # failed and uncounted runs are tried again
+        if run.name not in cached or "failed" in cached[run.name]:
             run.cache_path(cache).unlink(missing_ok=True)
     return run_all(runs, run_job, cache, workers, quiet=quiet, desc=NAME, info=info)
