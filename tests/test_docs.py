@@ -143,6 +143,11 @@ def _run(
     )
 
 
+def _timeout(block: DocBlock) -> float:
+    """Three times a slow block's stated time, and at least DEFAULT_TIMEOUT_S."""
+    return max(DEFAULT_TIMEOUT_S, 3 * (block.slow_seconds or 0))
+
+
 def _enabled(block: DocBlock, config) -> bool:
     return block.runs_by_default or (
         block.slow_seconds is not None and config.getoption("--docs-slow")
@@ -160,11 +165,10 @@ def test_the_example_runs_as_written(block, request, tmp_path_factory, model_cac
     for earlier in BLOCKS:
         if earlier.page == block.page and earlier.line < block.line and earlier.id not in _done:
             if _enabled(earlier, request.config):
-                _run(earlier, folder, model_cache, DEFAULT_TIMEOUT_S)
+                _run(earlier, folder, model_cache, _timeout(earlier))
                 _done.add(earlier.id)
-    timeout = max(DEFAULT_TIMEOUT_S, 3 * (block.slow_seconds or 0))
     start = time.perf_counter()
-    result = _run(block, folder, model_cache, timeout)
+    result = _run(block, folder, model_cache, _timeout(block))
     _done.add(block.id)
     seconds = time.perf_counter() - start
     print(f"\n--- {block.id}: {seconds:.1f} s, exit {result.returncode}\n{result.stdout[-1500:]}")
