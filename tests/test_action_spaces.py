@@ -117,6 +117,24 @@ def test_factorized_policies_sample_and_sum_log_probs_over_dimensions():
         MultiCategoricalPolicy(obs_space, spaces.Discrete(3), lambda _: 1e-3)
 
 
+@pytest.mark.parametrize(
+    "cls, action_space",
+    [(GaussianMlpPolicy, spaces.Box(-1, 1, (2,))), (MultiCategoricalPolicy, spaces.MultiDiscrete([3, 2])),
+     (BernoulliPolicy, spaces.MultiBinary(3))],
+)
+def test_every_mlp_policy_reads_sb3_net_arch_forms_and_saves_its_constructor(cls, action_space):
+    """The MLP policies share one body (tpo_agents.policies.mlp_body): SB3's dict form of
+    net_arch gives the pi sizes, and the saved constructor parameters rebuild the policy."""
+    obs_space = spaces.Box(-1, 1, (4,))
+    policy = cls(obs_space, action_space, lambda _: 1e-3, net_arch=dict(pi=[16, 8], vf=[32]))
+    assert policy.net_arch == [16, 8]
+    assert [m.out_features for m in policy.modules() if isinstance(m, torch.nn.Linear)][:2] == [16, 8]
+    with pytest.raises(ValueError, match="net_arch as a dict takes 'pi'"):
+        cls(obs_space, action_space, lambda _: 1e-3, net_arch=dict(policy=[16]))
+    rebuilt = cls(**policy._get_constructor_parameters())
+    assert rebuilt.net_arch == [16, 8] and type(rebuilt.optimizer) is type(policy.optimizer)
+
+
 def test_the_critic_reads_actions_one_hot_per_dimension_as_bits_or_rescaled():
     md = ActionEncoder(spaces.MultiDiscrete([3, 2]))
     assert md(torch.tensor([[2, 1]])).tolist() == [[0, 0, 1, 0, 1]]

@@ -18,29 +18,27 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium import spaces
-from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.torch_layers import (
     BaseFeaturesExtractor,
     FlattenExtractor,
-    create_mlp,
 )
 from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import nn
 
+from tpo_agents.policies.mlp_body import MlpBodyPolicy
+
 __all__ = ["BernoulliPolicy", "MultiCategoricalPolicy"]
 
 
-class _FactorizedPolicy(BasePolicy):
+class _FactorizedPolicy(MlpBodyPolicy):
     """Features -> MLP -> ``n_logits`` logits; subclasses say how the logits are read."""
-
-    space_type: type[spaces.Space] = spaces.Space
 
     def __init__(
         self,
         observation_space: spaces.Space,
         action_space: spaces.Space,
         lr_schedule: Schedule,
-        net_arch: list[int] | None = None,
+        net_arch: list[int] | dict[str, list[int]] | None = None,
         activation_fn: type[nn.Module] = nn.Tanh,
         features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
         features_extractor_kwargs: dict[str, Any] | None = None,
@@ -48,23 +46,12 @@ class _FactorizedPolicy(BasePolicy):
         optimizer_class: type[torch.optim.Optimizer] = torch.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
     ):
-        if not isinstance(action_space, self.space_type):
-            raise ValueError(f"{type(self).__name__} needs a {self.space_type.__name__} action space; got {action_space}")
         super().__init__(
-            observation_space,
-            action_space,
-            features_extractor_class,
-            features_extractor_kwargs,
-            optimizer_class=optimizer_class,
-            optimizer_kwargs=optimizer_kwargs,
-            normalize_images=normalize_images,
+            observation_space, action_space, net_arch, activation_fn, features_extractor_class,
+            features_extractor_kwargs, normalize_images, optimizer_class, optimizer_kwargs,
         )
-        self.net_arch = [64, 64] if net_arch is None else list(net_arch)
-        self.activation_fn = activation_fn
-        self.features_extractor = self.make_features_extractor()
-        layers = create_mlp(self.features_extractor.features_dim, self.n_logits, self.net_arch, activation_fn)
-        self.action_net = nn.Sequential(*layers)
-        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+        self.action_net = self.mlp_head(self.n_logits)
+        self.make_optimizer(lr_schedule)
 
     @property
     def n_logits(self) -> int:
@@ -77,20 +64,6 @@ class _FactorizedPolicy(BasePolicy):
     def forward(self, obs: PyTorchObs, deterministic: bool = False) -> torch.Tensor:
         return self._predict(obs, deterministic)
 
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        data = super()._get_constructor_parameters()
-        data.update(
-            lr_schedule=self._dummy_schedule,  # not needed to load the policy alone
-            net_arch=self.net_arch,
-            activation_fn=self.activation_fn,
-            features_extractor_class=self.features_extractor_class,
-            features_extractor_kwargs=self.features_extractor_kwargs,
-            normalize_images=self.normalize_images,
-            optimizer_class=self.optimizer_class,
-            optimizer_kwargs=self.optimizer_kwargs,
-        )
-        return data
-
 
 class MultiCategoricalPolicy(_FactorizedPolicy):
     """One categorical per ``MultiDiscrete`` dimension, all from one MLP (a joint action's
@@ -100,7 +73,7 @@ class MultiCategoricalPolicy(_FactorizedPolicy):
     ``predict(obs, deterministic=True)`` is the most likely value of each dimension.
     """
 
-    space_type = spaces.MultiDiscrete
+    action_space_type = spaces.MultiDiscrete
 
     @property
     def n_logits(self) -> int:
@@ -149,7 +122,7 @@ class BernoulliPolicy(_FactorizedPolicy):
     outside. ``predict(obs, deterministic=True)`` sets the bits whose probability is above 1/2.
     """
 
-    space_type = spaces.MultiBinary
+    action_space_type = spaces.MultiBinary
 
     @property
     def n_logits(self) -> int:

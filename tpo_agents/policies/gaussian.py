@@ -13,19 +13,19 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium import spaces
-from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.torch_layers import (
     BaseFeaturesExtractor,
     FlattenExtractor,
-    create_mlp,
 )
 from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import nn
 
+from tpo_agents.policies.mlp_body import MlpBodyPolicy
+
 __all__ = ["GaussianMlpPolicy"]
 
 
-class GaussianMlpPolicy(BasePolicy):
+class GaussianMlpPolicy(MlpBodyPolicy):
     """Features -> MLP -> the mean of a diagonal Gaussian; a learned, state-independent
     log standard deviation (SB3's parametrisation). Actions are not squashed: they are clipped
     to the ``Box`` bounds when the env is stepped and by ``predict``, as SB3's PPO does.
@@ -35,19 +35,22 @@ class GaussianMlpPolicy(BasePolicy):
     :param action_space: a bounded or unbounded ``Box`` of any shape (flattened to ``d``
         dimensions inside the policy; a candidate's log-density sums over them).
     :param lr_schedule: learning-rate schedule (its value at progress 1 is the start lr).
-    :param net_arch: hidden layer sizes of the mean network.
+    :param net_arch: hidden layer sizes of the mean network (SB3's forms,
+        :func:`~tpo_agents.policies.mlp_body.policy_net_arch`).
     :param activation_fn: activation class between hidden layers.
     :param log_std_init: the initial log standard deviation of every action dimension.
     :param optimizer_class: ``torch.optim.Adam`` by default.
     :param optimizer_kwargs: extra optimizer arguments.
     """
 
+    action_space_type = spaces.Box
+
     def __init__(
         self,
         observation_space: spaces.Space,
         action_space: spaces.Space,
         lr_schedule: Schedule,
-        net_arch: list[int] | None = None,
+        net_arch: list[int] | dict[str, list[int]] | None = None,
         activation_fn: type[nn.Module] = nn.Tanh,
         log_std_init: float = 0.0,
         features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
@@ -56,25 +59,15 @@ class GaussianMlpPolicy(BasePolicy):
         optimizer_class: type[torch.optim.Optimizer] = torch.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
     ):
-        if not isinstance(action_space, spaces.Box):
-            raise ValueError(f"GaussianMlpPolicy needs a Box action space; got {action_space}")
         super().__init__(
-            observation_space,
-            action_space,
-            features_extractor_class,
-            features_extractor_kwargs,
-            optimizer_class=optimizer_class,
-            optimizer_kwargs=optimizer_kwargs,
-            normalize_images=normalize_images,
+            observation_space, action_space, net_arch, activation_fn, features_extractor_class,
+            features_extractor_kwargs, normalize_images, optimizer_class, optimizer_kwargs,
         )
-        self.net_arch = [64, 64] if net_arch is None else list(net_arch)
-        self.activation_fn = activation_fn
         self.log_std_init = float(log_std_init)
-        self.features_extractor = self.make_features_extractor()
         dim = int(np.prod(action_space.shape))  # a multi-dimensional Box is flattened
-        self.mean_net = nn.Sequential(*create_mlp(self.features_extractor.features_dim, dim, self.net_arch, activation_fn))
+        self.mean_net = self.mlp_head(dim)
         self.log_std = nn.Parameter(torch.full((dim,), self.log_std_init))
-        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+        self.make_optimizer(lr_schedule)
 
     def distribution(self, obs: PyTorchObs) -> torch.distributions.Normal:
         """The action distribution at each observation (batch shape ``[N, d]``)."""
@@ -105,16 +98,4 @@ class GaussianMlpPolicy(BasePolicy):
         return dist.mean if deterministic else dist.sample()
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
-        data = super()._get_constructor_parameters()
-        data.update(
-            lr_schedule=self._dummy_schedule,
-            net_arch=self.net_arch,
-            activation_fn=self.activation_fn,
-            log_std_init=self.log_std_init,
-            features_extractor_class=self.features_extractor_class,
-            features_extractor_kwargs=self.features_extractor_kwargs,
-            normalize_images=self.normalize_images,
-            optimizer_class=self.optimizer_class,
-            optimizer_kwargs=self.optimizer_kwargs,
-        )
-        return data
+        return {**super()._get_constructor_parameters(), "log_std_init": self.log_std_init}
