@@ -21,13 +21,7 @@ from tpo_agents.rollout.sampled_critic import ActionEncoder, SampledActionCritic
 SMALL_CRITIC = {"batch_size": 32}  # the critic trains within a tiny budget
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small networks: one torch thread is fastest, and far faster on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # one torch thread (conftest), restored after
 
 
 class Planar(gym.Env):

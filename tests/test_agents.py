@@ -20,13 +20,7 @@ import tpo_gym  # noqa: F401  (registers the ids)
 from tpo_agents import DG, GRPO, PG, TPO, GroupPG, MlpPolicy
 from tpo_agents.rollout import GroupBatch, GymnasiumVecEnv
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")  # one torch thread (conftest), restored after
 
 
 def greedy_accuracy_symmetric(model, n_actions=10) -> float:

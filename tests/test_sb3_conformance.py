@@ -56,12 +56,7 @@ AGENTS = [TPO, GRPO, DG]
 SMALL = dict(batch_size=4, n_candidates=2, seed=0)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")  # one torch thread (conftest), restored after
 
 
 def cartpole(n_envs: int = 2, **kwargs):

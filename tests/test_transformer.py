@@ -14,13 +14,7 @@ from tpo_agents.optim import MuonAdamW
 from tpo_agents.policies import TransformerActorCriticPolicy, TransformerPolicy
 from tpo_agents.rollout import SequenceGroupBatch
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")  # one torch thread (conftest), restored after
 
 
 def make_policy(H=5, V=3, **kwargs) -> TransformerPolicy:

@@ -39,13 +39,7 @@ SUITE = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """One torch thread (rl-zoo3's --num-threads changes it process-wide): restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # one torch thread (conftest): rl-zoo3's --num-threads sets it process-wide
 
 
 def train(*argv: str) -> tuple[ZooExperimentManager, str]:
