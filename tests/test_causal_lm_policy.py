@@ -18,6 +18,7 @@ from gymnasium import spaces  # noqa: E402
 import tpo_gym  # noqa: E402, F401  (registers the ids)
 from tpo_agents import DG, GRPO, PG, TPO, CriticFreePPO, GroupPG  # noqa: E402
 from tpo_agents.llm.batch import rowwise_with_recompute  # noqa: E402
+from tpo_agents.llm.completions import markdown_table  # noqa: E402
 from tpo_agents.llm.logprobs import completion_log_probs, completion_mask_after_eos  # noqa: E402
 from tpo_agents.llm.vec_env import PromptVecEnv, make_prompt_vec_env  # noqa: E402
 from tpo_agents.policies.causal_lm import CausalLMPolicy  # noqa: E402
@@ -243,6 +244,7 @@ def test_sb3_evaluate_policy_on_a_prompt_vec_env(tiny_path):
     from stable_baselines3.common.evaluation import evaluate_policy
 
     model = TPO("CausalLMPolicy", coin_env(), batch_size=2, policy_kwargs={"model": tiny_path})
+
     def env_fn(ok: bool):
         return lambda: gym.make("PromptList-v0", pairs=[("3+4=", lambda a: ok)])
 
@@ -523,9 +525,17 @@ def test_rollout_log_probs_are_frozen_with_the_reduction(tiny_path, reduction):
     assert torch.allclose(batch.old_logp.flatten(), expected)
 
 
-def test_a_crash_while_saving_the_model_folder_keeps_the_previous_pair(tiny_path, tmp_path, monkeypatch):
-    model = TPO("CausalLMPolicy", coin_env(), batch_size=3, n_candidates=2, seed=0,
-                policy_kwargs={"model": tiny_path, "max_new_tokens": 4})
+def test_a_crash_while_saving_the_model_folder_keeps_the_previous_pair(
+    tiny_path, tmp_path, monkeypatch
+):
+    model = TPO(
+        "CausalLMPolicy",
+        coin_env(),
+        batch_size=3,
+        n_candidates=2,
+        seed=0,
+        policy_kwargs={"model": tiny_path, "max_new_tokens": 4},
+    )
     model.save(tmp_path / "agent")
     folder = tmp_path / "agent_hf"
     before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
@@ -545,3 +555,414 @@ def test_a_crash_while_saving_the_model_folder_keeps_the_previous_pair(tiny_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["agent.zip", "agent_hf"]
     monkeypatch.setattr(type(model.policy.model), "save_pretrained", real)
     TPO.load(tmp_path / "agent", env=coin_env())
+
+
+# ------------------------------------------- reference model, KL, completions log
+
+
+def _logged(model):
+    """A silent logger, for calling train() outside learn()."""
+    from stable_baselines3.common.logger import configure
+
+    model.set_logger(configure(None, []))
+    return model
+
+
+def _kl_to_reference(policy, batch) -> float:
+    from tpo_agents.llm.reference import reference_kl
+
+    args = (batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
+    with torch.no_grad():
+        logp = policy.completion_log_probs(*args)
+    return reference_kl(logp, policy.reference_log_probs(*args), batch.completion_mask).item()
+
+
+def test_reference_kl_estimator_is_trls_per_token_mean():
+    from tpo_agents.llm.reference import reference_kl
+
+    logp = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]], requires_grad=True)
+    ref = torch.tensor([[-1.5, -1.0, -9.0], [-0.5, -9.0, -9.0]])
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    kl = reference_kl(logp, ref, mask)
+    x = ref - logp.detach()
+    per_token = torch.exp(x) - x - 1
+    expected = ((per_token[0, 0] + per_token[0, 1]) / 2 + per_token[1, 0]) / 2  # padding ignored
+    assert kl.item() == pytest.approx(expected.item())
+    assert reference_kl(ref, ref, mask).item() == 0.0
+    kl.backward()  # d/dlogp = (1 - exp(x)) / (tokens * completions), 0 on padding
+    assert logp.grad[0, 2] == 0 and logp.grad[1, 1] == 0
+    assert logp.grad[0, 0].item() == pytest.approx((1 - np.exp(-0.5)) / 4)
+    with pytest.raises(ValueError, match="same shape"):
+        reference_kl(logp, ref[:, :2], mask)
+    # A log-ratio past 20 is clamped there (as GRPO's KL to the snapshot): finite, no gradient.
+    far = torch.tensor([[-200.0]], requires_grad=True)
+    clamped = reference_kl(far, torch.tensor([[0.0]]), torch.tensor([[True]]))
+    assert clamped.item() == pytest.approx(np.exp(20.0) - 21.0)
+    clamped.backward()
+    assert far.grad.item() == 0.0
+
+
+@pytest.mark.parametrize("algo", [TPO, GRPO])
+def test_kl_to_reference_is_zero_at_the_start_and_grows_with_training(tiny_path, algo):
+    """ref_model=True with ref_kl_coef=0 logs train/kl_ref without changing the update:
+    exactly 0 on the first batch (the policy is the reference), > 0 once it has moved."""
+    kwargs = dict(batch_size=3, n_candidates=2, n_epochs=1, seed=0, learning_rate=1e-2)
+    model = algo(
+        "CausalLMPolicy",
+        coin_env(),
+        policy_kwargs={"model": tiny_path, "max_new_tokens": 3, "ref_model": True},
+        **kwargs,
+    )
+    assert model.policy.has_reference and model.policy.ref_model is not model.policy.model
+    model.learn(6)  # one rollout, one epoch at the rollout parameters
+    assert model.last_train_stats["kl_ref"] == 0.0
+    plain = algo(  # built after model.learn: the same torch RNG state for its rollout
+        "CausalLMPolicy",
+        coin_env(),
+        policy_kwargs={"model": tiny_path, "max_new_tokens": 3},
+        **kwargs,
+    )
+    assert not plain.policy.has_reference
+    plain.learn(6)
+    assert "kl_ref" not in plain.last_train_stats
+    for a, b in zip(model.policy.trainable_parameters(), plain.policy.trainable_parameters()):
+        assert torch.equal(a, b)  # a reference without ref_kl_coef leaves the update as it was
+    model.learn(5 * 6, reset_num_timesteps=False)
+    assert model.last_train_stats["kl_ref"] > 0
+    assert _kl_to_reference(model.policy, model._batch) > 0
+    # The reference stayed the initial model.
+    initial = make_policy(model=tiny_path)
+    for a, b in zip(
+        initial.model.state_dict().values(), model.policy.ref_model.state_dict().values()
+    ):
+        assert torch.equal(a, b)
+
+
+def test_ref_kl_coef_enters_the_gradient_and_keeps_the_policy_closer(tiny_path):
+    """On one fixed batch: the first epoch's update is the same with or without the
+    penalty (its gradient is 0 while the policy is the reference); the second differs; after
+    several updates a large ref_kl_coef leaves the policy much closer to the reference."""
+    kwargs = dict(batch_size=3, n_candidates=2, n_epochs=1, seed=0, learning_rate=3e-2)
+    policy_kwargs = {"model": tiny_path, "max_new_tokens": 3, "ref_model": True}
+    models = {
+        coef: _logged(
+            TPO(
+                "CausalLMPolicy",
+                coin_env(),
+                ref_kl_coef=coef,
+                policy_kwargs=policy_kwargs,
+                **kwargs,
+            )
+        )
+        for coef in (0.0, 5.0)
+    }
+    source = TPO("CausalLMPolicy", coin_env(), policy_kwargs=policy_kwargs, **kwargs)
+    source.learn(6)
+    batch = source._batch
+    assert float(batch.scores.std()) > 0  # the TPO loss has a gradient too
+    for model in models.values():
+        model.train(batch)
+    free, held = (models[c].policy.trainable_parameters() for c in (0.0, 5.0))
+    assert all(torch.equal(a, b) for a, b in zip(free, held))
+    assert models[5.0].last_train_stats["kl_ref"] == 0.0
+    for model in models.values():
+        model.train(batch)
+    assert any(not torch.equal(a, b) for a, b in zip(free, held))
+    assert models[5.0].last_train_stats["kl_ref"] > 0
+    for _ in range(6):
+        for model in models.values():
+            model.train(batch)
+    kl_free, kl_held = (_kl_to_reference(models[c].policy, batch) for c in (0.0, 5.0))
+    print(f"KL to the reference after 8 updates: coef 0: {kl_free:.4f}, coef 5: {kl_held:.4f}")
+    assert 0 < kl_held < 0.5 * kl_free
+
+
+def test_ref_kl_coef_alone_makes_a_reference_and_micro_batches_give_the_same_update(tiny_path):
+    """ref_kl_coef > 0 without ref_model builds the frozen copy; the penalty's gradient
+    through micro-batches (gradient accumulation) equals the full-batch one."""
+    kwargs = dict(
+        batch_size=3,
+        n_candidates=2,
+        n_epochs=3,
+        seed=0,
+        ref_kl_coef=1.0,
+        learning_rate=1e-2,
+        optimizer_class=torch.optim.SGD,
+    )
+    full = TPO(
+        "CausalLMPolicy",
+        coin_env(),
+        policy_kwargs={"model": tiny_path, "max_new_tokens": 3},
+        **kwargs,
+    )
+    assert full.policy.has_reference and full.policy_kwargs["ref_model"] is True
+    full.learn(6)
+    micro = _logged(
+        TPO(
+            "CausalLMPolicy",
+            coin_env(),
+            policy_kwargs={"model": tiny_path, "max_new_tokens": 3, "micro_batch_size": 2},
+            **kwargs,
+        )
+    )
+    micro.train(full._batch)
+    assert full.last_train_stats["kl_ref"] > 0
+    assert micro.last_train_stats["kl_ref"] == pytest.approx(
+        full.last_train_stats["kl_ref"], rel=1e-4
+    )
+    assert micro.last_train_stats["loss"] == pytest.approx(full.last_train_stats["loss"], abs=1e-6)
+    for a, b in zip(full.policy.trainable_parameters(), micro.policy.trainable_parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_lora_reference_is_the_base_model_with_adapters_disabled(tiny_path, tmp_path):
+    lora = {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+    model = TPO(
+        "CausalLMPolicy",
+        coin_env(),
+        batch_size=3,
+        n_candidates=2,
+        n_epochs=2,
+        seed=0,
+        learning_rate=3e-2,
+        ref_kl_coef=0.5,
+        policy_kwargs={"model": tiny_path, "max_new_tokens": 3, "lora": lora},
+    )
+    policy = model.policy
+    assert policy.has_reference and policy.ref_model is None  # no second model in memory
+    without = TPO(
+        "CausalLMPolicy",
+        coin_env(),
+        batch_size=3,
+        n_candidates=2,
+        policy_kwargs={"model": tiny_path, "max_new_tokens": 3, "lora": lora},
+    )
+    assert sum(p.numel() for p in policy.parameters()) == sum(
+        p.numel() for p in without.policy.parameters()
+    )
+    model.learn(3 * 6)
+    assert model.last_train_stats["kl_ref"] > 0
+    batch = model._batch
+    args = (batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
+    base = make_policy(model=tiny_path, max_new_tokens=3)
+    with torch.no_grad():
+        expected = base.completion_log_probs(*args)
+    assert torch.allclose(policy.reference_log_probs(*args), expected, atol=1e-6)
+    assert policy.model.training  # reference_log_probs restored the training mode
+    assert _kl_to_reference(policy, batch) > 0  # the adapters are enabled again
+    model.save(tmp_path / "agent")
+    assert not (tmp_path / "agent_hf" / "ref_model").exists()
+    loaded = TPO.load(tmp_path / "agent", env=coin_env())
+    assert loaded.ref_kl_coef == 0.5 and loaded.policy.has_reference
+    assert torch.allclose(loaded.policy.reference_log_probs(*args), expected, atol=1e-6)
+
+
+def test_reference_model_save_load_round_trip(tiny_path, tmp_path):
+    """A separate reference is saved with the agent, moves with it, and loads as the
+    initial model (not the trained one); ref_kl_coef and training resume."""
+    env = coin_env()
+    model = TPO(
+        "CausalLMPolicy",
+        env,
+        batch_size=3,
+        n_candidates=2,
+        seed=0,
+        learning_rate=1e-2,
+        ref_kl_coef=0.2,
+        policy_kwargs={"model": tiny_path, "max_new_tokens": 3},
+    )
+    model.learn(12)
+    model.save(tmp_path / "run" / "agent")
+    assert (tmp_path / "run" / "agent_hf" / "ref_model" / "config.json").is_file()
+    shutil.move(tmp_path / "run", tmp_path / "moved")
+    loaded = TPO.load(tmp_path / "moved" / "agent", env=env)
+    assert loaded.ref_kl_coef == 0.2
+    assert loaded.policy_kwargs["ref_model"] == str(tmp_path / "moved" / "agent_hf" / "ref_model")
+    ref_before = model.policy.ref_model.state_dict()
+    for key, value in loaded.policy.ref_model.state_dict().items():
+        assert torch.equal(value, ref_before[key])
+    assert not all(p.requires_grad for p in loaded.policy.ref_model.parameters())
+    assert _generations(loaded) == _generations(model)
+    assert _kl_to_reference(loaded.policy, model._batch) == pytest.approx(
+        _kl_to_reference(model.policy, model._batch), rel=1e-5
+    )
+    assert _kl_to_reference(loaded.policy, model._batch) > 0
+    loaded.learn(6, reset_num_timesteps=False)
+    assert loaded.last_train_stats["kl_ref"] > 0
+    loaded.save(tmp_path / "moved" / "agent")  # saving over itself keeps the reference
+    again = TPO.load(tmp_path / "moved" / "agent", env=env)
+    for key, value in again.policy.ref_model.state_dict().items():
+        assert torch.equal(value, ref_before[key])
+
+
+def test_explicit_reference_model_folder(tiny_path, tmp_path):
+    other = tmp_path / "other"
+    build_tiny_causal_lm(other, seed=1)
+    model = TPO(
+        "CausalLMPolicy",
+        coin_env(),
+        batch_size=3,
+        n_candidates=2,
+        n_epochs=1,
+        seed=0,
+        policy_kwargs={"model": tiny_path, "max_new_tokens": 3, "ref_model": str(other)},
+    )
+    model.learn(6)
+    assert model.last_train_stats["kl_ref"] > 0  # another model: KL > 0 from the start
+
+
+def _event_texts(folder) -> list[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util import tensor_util
+
+    acc = EventAccumulator(str(folder), size_guidance={"tensors": 0, "scalars": 0})
+    acc.Reload()
+    events = acc.Tensors("completions/text_summary")
+    return [
+        (event.step, tensor_util.make_ndarray(event.tensor_proto).item().decode())
+        for event in events
+    ], acc
+
+
+def test_completions_are_logged_to_tensorboard_and_jsonl(tiny_path, tmp_path):
+    import json
+
+    model = TPO(
+        "CausalLMPolicy",
+        coin_env(),
+        batch_size=3,
+        n_candidates=2,
+        n_epochs=1,
+        seed=0,
+        log_completions_every=2,
+        tensorboard_log=str(tmp_path / "tb"),
+        policy_kwargs={"model": tiny_path, "max_new_tokens": 3, "ref_model": True},
+    )
+    model.learn(3 * 6)  # rollouts 1, 2, 3: tables at 1 and 3
+    run = tmp_path / "tb" / "TPO_1"
+    texts, acc = _event_texts(run)
+    assert [step for step, _ in texts] == [6, 18]
+    last = texts[-1][1]
+    assert last.startswith("| group | prompt | completion | score |")
+    batch = model._batch
+    completions = model.policy.decode(batch.completion_ids, batch.completion_mask)
+    # The KL is a tensorboard scalar like the other train/ metrics.
+    kl = acc.Scalars("train/kl_ref")
+    assert len(kl) == 3 and kl[0].value == 0.0 and kl[-1].value > 0
+    rows = [json.loads(line) for line in (run / "completions.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * 6 and {r["rollout"] for r in rows} == {1, 3}
+    final = [r for r in rows if r["rollout"] == 3]
+    assert [r["completion"] for r in final] == completions
+    assert [r["score"] for r in final] == batch.scores.flatten().tolist()
+    assert [r["group"] for r in final] == [0, 0, 1, 1, 2, 2]
+    assert all(r["timesteps"] == 18 and r["prompt"].startswith("user: ") for r in final)
+    assert last == markdown_table(
+        [{k: r[k] for k in ("group", "prompt", "completion", "score")} for r in final]
+    )
+
+
+def test_completions_table_escapes_markdown():
+    table = markdown_table([{"group": 0, "prompt": "a|b\nc", "completion": "x\\y", "score": 0.5}])
+    assert table.splitlines()[2] == "| 0 | a\\|b<br>c | x\\\\y | 0.5 |"
+
+
+def test_a_zero_variance_batch_steps_on_the_kl_alone(tiny_path):
+    """When the objective has nothing to learn (every group zero-variance) the KL penalty
+    still pulls the policy back to the reference; without ref_kl_coef no step is taken."""
+    import dataclasses
+
+    # SGD: small steps down the KL's gradient (Adam's sign-like first steps overshoot it).
+    kwargs = dict(
+        batch_size=3,
+        n_candidates=2,
+        n_epochs=2,
+        seed=0,
+        learning_rate=0.03,
+        optimizer_class=torch.optim.SGD,
+    )
+    policy_kwargs = {"model": tiny_path, "max_new_tokens": 3, "ref_model": True}
+    for coef in (0.0, 1.0):
+        model = TPO(
+            "CausalLMPolicy", coin_env(), ref_kl_coef=coef, policy_kwargs=policy_kwargs, **kwargs
+        )
+        model.learn(2 * 6)
+        flat = dataclasses.replace(model._batch, scores=torch.zeros_like(model._batch.scores))
+        before = _kl_to_reference(model.policy, flat)
+        params = [p.detach().clone() for p in model.policy.trainable_parameters()]
+        model.train(flat)
+        after = _kl_to_reference(model.policy, flat)
+        moved = any(
+            not torch.equal(a, b) for a, b in zip(params, model.policy.trainable_parameters())
+        )
+        assert before > 0 and model.last_train_stats["kl_ref"] > 0
+        if coef == 0:
+            assert not moved and model.last_train_stats["skipped_epochs"] == 2 and after == before
+        else:
+            assert moved and model.last_train_stats["skipped_epochs"] == 0 and after < before
+
+
+def test_completions_log_without_tensorboard_goes_to_the_logger_folder(tiny_path, tmp_path):
+    from stable_baselines3.common.logger import configure
+
+    model = GRPO(
+        "CausalLMPolicy",
+        coin_env(),
+        batch_size=3,
+        n_candidates=2,
+        seed=0,
+        log_completions_every=1,
+        policy_kwargs={"model": tiny_path, "max_new_tokens": 2},
+    )
+    model.set_logger(configure(str(tmp_path / "logs"), ["csv"]))
+    model.learn(12)
+    lines = (tmp_path / "logs" / "completions.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * 6
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"ref_kl_coef": -0.1}, "ref_kl_coef must be a finite number >= 0; got -0.1"),
+        ({"ref_kl_coef": float("nan")}, "ref_kl_coef must be a finite number >= 0; got nan"),
+        (
+            {"log_completions_every": 0},
+            "log_completions_every \\(or None\\) must be an integer >= 1; got 0",
+        ),
+        (
+            {"ref_kl_coef": 0.1, "policy_kwargs": {"ref_model": False}},
+            "ref_kl_coef=0.1 needs a reference model; got policy_kwargs ref_model=False",
+        ),
+        (
+            {"policy_kwargs": {"ref_model": 3}},
+            "ref_model must be None, True, a model object or a local folder; got int 3",
+        ),
+    ],
+)
+def test_bad_reference_and_logging_options(tiny_path, kwargs, message):
+    policy_kwargs = {"model": tiny_path, **kwargs.pop("policy_kwargs", {})}
+    with pytest.raises(ValueError, match=message):
+        TPO("CausalLMPolicy", coin_env(), policy_kwargs=policy_kwargs, **kwargs)
+
+
+def test_reference_options_need_a_language_model_and_a_matching_vocabulary(tiny_path, tmp_path):
+    for kwargs in ({"ref_kl_coef": 0.1}, {"log_completions_every": 1}):
+        with pytest.raises(ValueError, match="apply to language-model policies .*MlpPolicy"):
+            TPO("MlpPolicy", "CartPole-v1", **kwargs)
+    model, tok = build_tiny_causal_lm()
+    with pytest.raises(ValueError, match="ref_model is the policy's own model object"):
+        make_policy(model, tok, ref_model=model)
+    with pytest.raises(ValueError, match="no reference model"):
+        make_policy(model, tok).reference_log_probs(*[torch.ones(1, 2, dtype=torch.long)] * 4)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    small = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=50,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+        )
+    )
+    with pytest.raises(ValueError, match="ref_model has a vocabulary of 50 tokens"):
+        make_policy(model, tok, ref_model=small)

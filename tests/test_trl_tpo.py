@@ -1,7 +1,10 @@
 """TRL bridge: TPO's loss on TRL's tensors and ``TPOTrainer`` runs on the tiny offline model."""
 
+import importlib.util
 import os
+import re
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -70,7 +73,10 @@ def test_first_iteration_target_uses_current_logps_and_zero_variance_group_has_z
     assert out.kl_target_old[0].item() == pytest.approx(0.0, abs=1e-7)
     # A later iteration (old log-probs given, policy moved): the zero-variance group pulls back
     # towards p_old, gradient (p - p_old) / G.
-    old = per_token + 0.2 * mask * torch.linspace(-1, 1, per_token.shape[0], dtype=per_token.dtype)[:, None]
+    old = (
+        per_token
+        + 0.2 * mask * torch.linspace(-1, 1, per_token.shape[0], dtype=per_token.dtype)[:, None]
+    )
     grad, out = _grad_wrt_sequence_logps(per_token, mask, u=u, old_per_token_logps=old)
     seq, seq_old = ((x * mask).sum(-1).reshape(-1, K) for x in (per_token, old))
     expected = (torch.softmax(seq[0], -1) - torch.softmax(seq_old[0], -1)) / 3
@@ -192,14 +198,25 @@ def _config(tmp_path, **overrides):
 def test_config_and_trainer_reject_bad_settings(tmp_path, tiny_path):
     from trl import GRPOConfig
 
-    with pytest.raises(ValueError, match="multiple of num_generations"):
-        _config(tmp_path, per_device_train_batch_size=6, gradient_accumulation_steps=2)
     with pytest.raises(ValueError, match="tpo_eta"):
         _config(tmp_path, tpo_eta=0.0)
     with pytest.raises(ValueError, match="use_adaptive_entropy"):
         _config(tmp_path, use_adaptive_entropy=True)
-    with pytest.warns(UserWarning, match="epsilon, loss_type"):
-        _config(tmp_path, epsilon=0.3, loss_type="grpo")
+    with pytest.raises(ValueError, match="tpo_anchor_logps must be one of"):
+        _config(tmp_path, tpo_anchor_logps="vllm")
+    with pytest.raises(ValueError, match="tpo_anchor=False drops the anchor"):
+        _config(tmp_path, tpo_anchor_logps="sampler", tpo_anchor=False)
+    with pytest.raises(ValueError, match="eval(uation)? (group|batch) size"):
+        _config(tmp_path, do_eval=True, eval_strategy="steps", per_device_eval_batch_size=6)
+    # Micro-batches need not hold whole groups any more.
+    assert _config(tmp_path, per_device_train_batch_size=6, gradient_accumulation_steps=2)
+    with pytest.raises(ValueError, match="needs a sampler that reports log-probs"):
+        TPOTrainer(
+            model=tiny_path,
+            reward_funcs=has_digit,
+            args=_config(tmp_path, tpo_anchor_logps="sampler"),
+            train_dataset=_dataset(),
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         grpo_args = GRPOConfig(
@@ -213,6 +230,42 @@ def test_config_and_trainer_reject_bad_settings(tmp_path, tiny_path):
         TPOTrainer(
             model=tiny_path, reward_funcs=has_digit, args=grpo_args, train_dataset=_dataset()
         )
+
+
+# A non-default value for every GRPO option TPO does not use.
+NON_DEFAULT = {
+    "epsilon": 0.3,
+    "epsilon_high": 0.28,
+    "delta": 1.5,
+    "loss_type": "grpo",
+    "importance_sampling_level": "sequence",
+    "scale_rewards": "batch",
+    "sapo_temperature_neg": 2.0,
+    "sapo_temperature_pos": 2.0,
+    "vespo_k_pos": 1.0,
+    "vespo_lambda_pos": 1.0,
+    "vespo_k_neg": 1.0,
+    "vespo_lambda_neg": 1.0,
+    "off_policy_mask_threshold": 0.5,
+    "top_entropy_quantile": 0.2,
+    "vllm_importance_sampling_mode": "token_truncate",
+    "vllm_importance_sampling_clip_min": 0.5,
+    "vllm_importance_sampling_clip_max": 2.0,
+    "vllm_importance_sampling_cap": 2.0,
+}
+
+
+def test_grpo_only_options_raise_naming_option_and_value(tmp_path):
+    from tpo_agents.trl import IGNORED_GRPO_OPTIONS
+
+    assert set(NON_DEFAULT) == set(IGNORED_GRPO_OPTIONS)
+    for name, value in NON_DEFAULT.items():
+        with pytest.raises(ValueError, match=re.escape(f"{name}={value!r}")):
+            _config(tmp_path, **{name: value})
+    with pytest.raises(ValueError, match="epsilon=0.3, loss_type='grpo'"):
+        _config(tmp_path, epsilon=0.3, loss_type="grpo")
+    # TRL's defaults (and scale_rewards=True, TRL's alias of "group") are accepted.
+    _config(tmp_path, epsilon=0.2, loss_type="dapo", scale_rewards=True, top_entropy_quantile=1.0)
 
 
 def test_trainer_runs_with_two_weighted_reward_functions(tmp_path, tiny_path):
@@ -320,6 +373,128 @@ def test_gradient_accumulation_and_iterations_keep_groups_whole_and_targets_froz
         assert torch.equal(rec["u"], second[key]["u"]) and torch.equal(
             rec["old"], second[key]["old"]
         )
+
+
+# ------------------------------------------------- micro-batches smaller than a group
+
+RUN_SCRIPT = Path(__file__).parent / "data" / "trl_tpo_run.py"
+
+
+@pytest.fixture(scope="module")
+def fixed_runs():
+    """tests/data/trl_tpo_run.py: SGD training on fixed completions (TRL's rollout_func)."""
+    spec = importlib.util.spec_from_file_location("trl_tpo_run", RUN_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _trained_params(fixed_runs, tiny_path, out, per_device, accum, spg, **kwargs):
+    out.mkdir()
+    trainer = fixed_runs.train(
+        tiny_path, out, per_device, accum, steps_per_generation=spg, **kwargs
+    )
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return torch.load(out / "params_rank0.pt"), losses
+
+
+# case: ((micro-batch, accumulation) split, the same with whole groups, common options);
+# a rollout holds 2 prompts x K = 8 completions unless steps_per_generation says otherwise.
+SPLIT_CASES = {
+    "2 rows x 4, two iterations, KL and entropy terms": (
+        (2, 4),
+        (8, 1),
+        dict(steps=2, iterations=2, beta=0.05, entropy_coef=0.01),
+    ),
+    "1 row x 8": ((1, 8), (8, 1), dict()),
+    "sampler log-probs as anchor": ((2, 4), (8, 1), dict(steps=2, tpo_anchor_logps="sampler")),
+    # one optimizer step uses half of the rollout (steps_per_generation > accumulation)
+    "2 rows x 2, 4 micro-batches per rollout": ((2, 2), (4, 1), dict(steps=2, spg=(4, 2))),
+    # two rollouts inside one optimizer step (accumulation > steps_per_generation)
+    "2 rows x 4, 2 micro-batches per rollout": ((2, 4), (4, 2), dict(spg=(2, 1))),
+}
+
+
+@pytest.mark.parametrize("case", list(SPLIT_CASES))
+def test_split_group_step_equals_whole_group_step(case, tmp_path, tiny_path, fixed_runs):
+    """Micro-batches smaller than K: the parameters after each optimizer step (plain SGD, so
+    they are the gradient itself) equal those of whole-group micro-batches on the same data."""
+    from transformers import AutoModelForCausalLM
+
+    split_layout, whole_layout, options = SPLIT_CASES[case]
+    options = dict(options)
+    spg = options.pop("spg", (None, None))
+    split, split_losses = _trained_params(
+        fixed_runs, tiny_path, tmp_path / "split", *split_layout, spg[0], **options
+    )
+    whole, whole_losses = _trained_params(
+        fixed_runs, tiny_path, tmp_path / "whole", *whole_layout, spg[1], **options
+    )
+    start = dict(AutoModelForCausalLM.from_pretrained(tiny_path).named_parameters())
+    diff = max((split[n] - whole[n]).abs().max().item() for n in whole)
+    moved = max((whole[n] - start[n].detach()).abs().max().item() for n in whole)
+    print(f"{case}: max |split - whole| = {diff:.2e}, max |update| = {moved:.2e}")
+    assert diff < 1e-6 and moved > 1e-2, (diff, moved)
+    assert split_losses == pytest.approx(whole_losses, rel=1e-5)  # the same cross-entropy
+
+
+def test_groups_straddling_optimizer_steps_get_p_from_all_their_rows(
+    tmp_path, tiny_path, fixed_runs
+):
+    """3 rows per optimizer step, groups of 4: a step sees part of a group (or of two); p of
+    each touched group still comes from all 4 of its rows, at that step's parameters."""
+
+    class Recording(TPOTrainer):
+        seen = []
+
+        def _group_terms(self, k):
+            terms = super()._group_terms(k)
+            self.seen.append(terms)
+            return terms
+
+    trainer = fixed_runs.train(
+        tiny_path, tmp_path, 3, 1, steps=4, steps_per_generation=4, trainer_cls=Recording
+    )
+    assert trainer.state.global_step == 4
+    # One rollout of 3 groups (shuffled as blocks), read 3 rows per step: 1, 2, 2, 1 groups.
+    groups = [covered.reshape(-1, K) for _, covered, _, _ in Recording.seen]
+    assert all(g.any(-1).equal(g.all(-1)) for g in groups)  # whole groups only
+    assert [int(g.all(-1).sum()) for g in groups] == [1, 2, 2, 1]
+    for _, covered, p_minus_q, _ in Recording.seen:  # p and q are distributions per group
+        assert p_minus_q.reshape(-1, K).sum(-1).abs().max() < 1e-6
+        assert p_minus_q[covered].abs().max() > 1e-3
+
+
+class _AnchorRecordingTrainer(TPOTrainer):
+    def _compute_loss(self, model, inputs):
+        mask = inputs["completion_mask"].double()
+        self.seen.append(
+            {
+                "anchor": inputs.get("tpo_old_logp"),
+                "sampler": (inputs["sampling_per_token_logps"].double() * mask).sum(-1),
+                "trainer": None
+                if inputs.get("old_per_token_logps") is None
+                else (inputs["old_per_token_logps"].double() * mask).sum(-1),
+            }
+        )
+        return super()._compute_loss(model, inputs)
+
+
+@pytest.mark.parametrize("anchor_logps", ["trainer", "sampler"])
+def test_anchor_log_probs_come_from_the_chosen_policy(
+    anchor_logps, tmp_path, tiny_path, fixed_runs
+):
+    """The rollout_func reports sampler log-probs that differ from the trainer's own:
+    the target's p_old are the trainer's (default) or the sampler's, as asked."""
+    _AnchorRecordingTrainer.seen = []
+    options = dict(steps=2, iterations=2, tpo_anchor_logps=anchor_logps)
+    fixed_runs.train(tiny_path, tmp_path, 8, 1, trainer_cls=_AnchorRecordingTrainer, **options)
+    seen = _AnchorRecordingTrainer.seen
+    assert len(seen) == 2
+    for rec in seen:
+        expected = rec[anchor_logps]  # num_iterations=2: TRL computes the trainer's old ones
+        assert torch.allclose(rec["anchor"].double(), expected, atol=1e-5)
+        assert not torch.allclose(rec["sampler"], rec["trainer"], atol=1e-2)
 
 
 def test_names_are_unambiguous_and_aliases_are_the_same_classes():

@@ -8,6 +8,7 @@ gradient steps on the whole batch. One iteration = one rollout + its epochs.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import pathlib
@@ -107,6 +108,15 @@ class GroupedAlgorithm(BaseAlgorithm):
         (:class:`~tpo_agents.rollout.critic.QCritic`).
     :param branch_kwargs: options of ``branch`` groups, ``horizon`` and ``gamma``
         (:class:`~tpo_agents.rollout.branching.BranchScorer`).
+    :param ref_kl_coef: language-model policies: coefficient (>= 0) of the KL to the
+        policy's frozen reference model added to the loss (TRL's per-token estimator,
+        :mod:`tpo_agents.llm.reference`); > 0 gives the policy ``ref_model=True`` unless
+        ``policy_kwargs`` names one. 0 (default): no penalty; the KL is still logged
+        (``train/kl_ref``) when the policy has a reference model.
+    :param log_completions_every: language-model policies: write the rollout's (prompt,
+        completion, score) rows to tensorboard (text) and to ``completions.jsonl`` in the
+        logger folder at the first rollout and every that many rollouts after it
+        (:mod:`tpo_agents.llm.completions`); None (default): never.
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
@@ -145,6 +155,8 @@ class GroupedAlgorithm(BaseAlgorithm):
         seed: int | None = None,
         device: torch.device | str = "auto",
         _init_setup_model: bool = True,
+        ref_kl_coef: float = 0.0,
+        log_completions_every: int | None = None,
     ):
         check_learning_rate(learning_rate)
         device = check_device(device)
@@ -188,6 +200,27 @@ class GroupedAlgorithm(BaseAlgorithm):
         # Language-model policies act on text: prompt vector envs, Text spaces.
         self._language_model = bool(getattr(policy_class, "language_model", False))
         policy_kwargs = dict(policy_kwargs or {})
+        self.ref_kl_coef = real_number("ref_kl_coef", ref_kl_coef, at_least=0.0)
+        if log_completions_every is not None:
+            log_completions_every = int_at_least(
+                "log_completions_every (or None)", log_completions_every, 1
+            )
+        self.log_completions_every = log_completions_every
+        self._n_rollouts = 0  # rollouts collected (log_completions_every counts them)
+        if not self._language_model and (self.ref_kl_coef > 0 or log_completions_every is not None):
+            raise ValueError(
+                "ref_kl_coef and log_completions_every apply to language-model policies "
+                f"(CausalLMPolicy); got ref_kl_coef={ref_kl_coef!r}, "
+                f"log_completions_every={log_completions_every!r} with "
+                f"{getattr(policy_class, '__name__', policy_class)}"
+            )
+        if self.ref_kl_coef > 0:
+            ref = policy_kwargs.setdefault("ref_model", True)
+            if ref is None or ref is False:
+                raise ValueError(
+                    f"ref_kl_coef={ref_kl_coef!r} needs a reference model; got policy_kwargs "
+                    f"ref_model={ref!r} (leave it out, or pass True, a folder or a model)"
+                )
         if optimizer_class is not None:
             policy_kwargs["optimizer_class"] = optimizer_class
         if optimizer_kwargs is not None:
@@ -547,6 +580,10 @@ class GroupedAlgorithm(BaseAlgorithm):
         if batch is None:
             return False
         self._batch = batch
+        self._n_rollouts += 1
+        every = self.log_completions_every
+        if every is not None and (self._n_rollouts - 1) % every == 0:
+            self._log_completions(batch)
         callback.update_locals(locals())
         callback.on_rollout_end()
         return True
@@ -559,6 +596,21 @@ class GroupedAlgorithm(BaseAlgorithm):
 
     def _where(self) -> str:
         return f"{type(self).__name__} at timestep {self.num_timesteps} (update {self._n_updates + 1})"
+
+    def _log_completions(self, batch) -> None:
+        from tpo_agents.llm.completions import completion_records, log_completions
+
+        records = completion_records(self.policy, batch)
+        log_completions(self.logger, records, self.num_timesteps, self._n_rollouts)
+
+    def _reference_kl(self, batch):
+        """The KL to the policy's reference model over this batch's epochs
+        (:class:`tpo_agents.llm.reference.ReferenceKL`); None without a reference model."""
+        if not getattr(self.policy, "has_reference", False):
+            return None
+        from tpo_agents.llm.reference import ReferenceKL
+
+        return ReferenceKL(self.policy, batch)
 
     def prepare(self, batch: GroupBatch) -> dict[str, torch.Tensor]:
         """Quantities frozen for all epochs of a batch (targets, advantages)."""
@@ -598,13 +650,17 @@ class GroupedAlgorithm(BaseAlgorithm):
         batch = batch.to(self.device)
         with torch.no_grad():
             frozen = self.prepare(batch)
+        ref_kl = self._reference_kl(batch)  # None unless a language-model policy has a reference
         losses, grad_norms = [], []
         params = [p for p in self.policy.parameters() if p.requires_grad]
         backup = [torch.empty_like(p) for p in params]  # guarded_step's copy of the weights
         self._params_moved = False
         for _ in range(self.n_epochs):
-            logp = self.current_log_probs(batch)
+            with ref_kl.tracking() if ref_kl is not None else contextlib.nullcontext():
+                logp = self.current_log_probs(batch)
             loss = self.compute_loss(batch, logp, frozen)
+            if ref_kl is not None:  # loss + ref_kl_coef * KL (recorded for train/kl_ref)
+                loss = ref_kl.penalize(loss, self.ref_kl_coef)
             if loss is None:  # nothing to learn at these (unchanged) parameters: no step
                 break
             if not torch.isfinite(loss):
@@ -624,6 +680,8 @@ class GroupedAlgorithm(BaseAlgorithm):
             "mean_score": float(batch.scores[batch.mask].mean()),
             **self.diagnostics(batch, frozen),
         }
+        if ref_kl is not None:
+            stats["kl_ref"] = ref_kl.mean()
         self.last_train_stats = stats
         for key, value in stats.items():
             self.logger.record(f"train/{key}", value)

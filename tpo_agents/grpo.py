@@ -24,7 +24,9 @@ class GRPO(GroupedAlgorithm):
     under terminal reward; every action scored by a learned critic on any other env.
 
     :param clip_range: PPO epsilon (0.2).
-    :param beta: KL coefficient (0.04); 0 gives GRPO (no KL).
+    :param beta: KL coefficient (0.04); 0 gives GRPO (no KL). The KL is to the rollout
+        snapshot; for TRL's KL to a frozen reference model (language-model policies) use
+        ``ref_kl_coef`` (:class:`~tpo_agents.base.GroupedAlgorithm`).
     :param mask_zero_variance: drop groups whose scores are all equal.
     :param ratio_level: for sequence candidates of token policies, ``"token"`` (standard
         GRPO: per-token ratios and KL, each token carrying its sequence's advantage) or

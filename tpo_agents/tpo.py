@@ -29,7 +29,9 @@ class TPO(GroupedAlgorithm):
     state, scored by a learned critic (``critic``).
 
     :param eta: target temperature (> 0); smaller moves further from p_old.
-    :param anchor: False gives TPO-no-anchor, ``q = softmax(u / eta)``.
+    :param anchor: False gives TPO-no-anchor, ``q = softmax(u / eta)``. The anchor is to
+        p_old, the rollout policy; language-model policies can add a KL to a frozen
+        reference model with ``ref_kl_coef`` (:class:`~tpo_agents.base.GroupedAlgorithm`).
     See :class:`~tpo_agents.base.GroupedAlgorithm` for the other parameters.
     """
 

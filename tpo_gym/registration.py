@@ -51,6 +51,7 @@ _IDS = {
     "PromptList-v0": dict(entry_point="tpo_gym.prompts.env:PromptListEnv"),
     "TinyArithmetic-v0": dict(entry_point="tpo_gym.prompts.env:TinyArithmeticEnv"),
     "Arithmetic-v0": dict(entry_point="tpo_gym.prompts.env:ArithmeticEnv"),
+    "StringReversal-v0": dict(entry_point="tpo_gym.prompts.env:StringReversalEnv"),
 }
 
 

@@ -12,6 +12,7 @@
 
 :mod:`zoo.cli` holds the argparse helpers both sides use. The modules at this level
 (``zoo.train``, ``zoo.enjoy``, ``zoo.reproduce``, ``zoo.report``, ``zoo.hero``,
-``zoo.pretrain_lm``, ``zoo.llm_study``, ``zoo.llm_recipe``) are the command lines, thin
+``zoo.pretrain_lm``, ``zoo.llm_study``, ``zoo.llm_difficulty``, ``zoo.llm_recipe``,
+``zoo.trl_train``) are the command lines, thin
 aliases of the modules that do the work: ``python -m zoo.reproduce terminal``.
 """

@@ -25,6 +25,7 @@ from tpo_gym.extras import needs_extra
 
 __all__ = [
     "BASE_MODEL_SUBFOLDER",
+    "REF_MODEL_SUBFOLDER",
     "apply_lora",
     "is_peft_model",
     "load_causal_lm",
@@ -35,6 +36,9 @@ __all__ = [
 
 BASE_MODEL_SUBFOLDER = "base_model"
 """Where :func:`save_causal_lm` puts the base weights of an adapter that has no base folder."""
+
+REF_MODEL_SUBFOLDER = "ref_model"
+"""Where ``CausalLMPolicy.save_pretrained`` puts a separate reference model (``ref_model``)."""
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

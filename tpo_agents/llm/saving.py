@@ -6,6 +6,8 @@
   state, the policy options), but not the model weights;
 * ``run/tpo_hf/``: the model (or its LoRA adapter) and tokenizer, written with
   ``save_pretrained`` and loadable by ``transformers``/``peft`` directly.
+  A separate reference model (the policy's ``ref_model``) is saved in
+  ``run/tpo_hf/ref_model/`` the same way.
 
 ``TPO.load("run/tpo")`` rebuilds the policy from ``run/tpo_hf/`` (wherever the pair has
 been moved) and restores the optimizer state.
@@ -43,12 +45,16 @@ def save_agent(algo, path: Any, save_zip: Callable[[], None]) -> None:
     folder = model_folder(path)
     with atomic_folder(folder) as tmp:  # a crash leaves the previous folder in place
         algo.policy.save_pretrained(tmp)
+    from tpo_agents.llm.loading import REF_MODEL_SUBFOLDER
+
     original = algo.policy_kwargs
     algo.policy_kwargs = {
         **algo.policy.options(),
         "model": str(folder.resolve()),
         "tokenizer": None,
     }
+    if getattr(algo.policy, "ref_model", None) is not None:  # saved in the folder
+        algo.policy_kwargs["ref_model"] = str((folder / REF_MODEL_SUBFOLDER).resolve())
     try:
         save_zip()
     finally:
@@ -79,9 +85,16 @@ def load_kwargs(path: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     policy_class = data.get("policy_class")
     if not getattr(policy_class, "language_model", False):
         return kwargs
-    custom["policy_kwargs"] = {
-        **data.get("policy_kwargs", {}),
-        "model": str(folder),
-        "tokenizer": None,
-    }
+    from tpo_agents.llm.loading import REF_MODEL_SUBFOLDER
+
+    policy_kwargs = {**data.get("policy_kwargs", {}), "model": str(folder), "tokenizer": None}
+    saved_ref = policy_kwargs.get("ref_model")
+    ref_folder = folder / REF_MODEL_SUBFOLDER
+    if (
+        isinstance(saved_ref, str)
+        and Path(saved_ref).name == REF_MODEL_SUBFOLDER
+        and ref_folder.is_dir()
+    ):
+        policy_kwargs["ref_model"] = str(ref_folder)  # saved with the model: wherever it is now
+    custom["policy_kwargs"] = policy_kwargs
     return {**kwargs, "custom_objects": custom}

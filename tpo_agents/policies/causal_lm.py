@@ -17,14 +17,20 @@ temperature-scaled one (the convention of TRL). Sampling ignores the model's own
 ``generation_config`` sampling settings (repetition penalty, top-k, ...): only this
 policy's options shape the distribution, so the log-probs match it.
 
+Reference model (``ref_model``): a frozen model whose completion log-probs
+(:meth:`CausalLMPolicy.reference_log_probs`, same temperature) the agents use for the KL
+penalty ``ref_kl_coef`` and the ``train/kl_ref`` metric
+(:mod:`tpo_agents.llm.reference`).
+
 ``transformers`` and ``peft`` are imported when a policy is built, not at import time.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -108,6 +114,14 @@ class CausalLMPolicy(BasePolicy):
         among its K completions (:func:`~tpo_agents.llm.generation.generate_shared_prefix`;
         same sampling distribution, cheaper prefill); False: plain ``generate`` with
         ``num_return_sequences=K``, which pre-fills every prompt K times.
+    :param ref_model: a frozen reference model for the agents' KL penalty (``ref_kl_coef``,
+        which sets ``True`` when this is not given) and the ``train/kl_ref`` metric. None or
+        False (default): none. True: the model as it is when the policy is built; with LoRA
+        adapters (``lora``, or an adapter folder) that is the same model with its adapters
+        disabled, which costs no memory, otherwise a frozen copy of the model. Or a model
+        object, local folder or cached model id (loaded as ``model``, with this ``dtype``),
+        which must share the policy's tokenizer. A separate reference model is saved with
+        the agent (``<path>_hf/ref_model/``).
     """
 
     language_model = True
@@ -135,8 +149,15 @@ class CausalLMPolicy(BasePolicy):
         optimizer_class: type[torch.optim.Optimizer] | None = None,
         optimizer_kwargs: dict[str, Any] | None = None,
         shared_prompt_cache: bool = True,
+        ref_model: Any = None,
     ):
-        from tpo_agents.llm.loading import apply_lora, load_causal_lm, load_tokenizer, resolve_dtype
+        from tpo_agents.llm.loading import (
+            apply_lora,
+            is_peft_model,
+            load_causal_lm,
+            load_tokenizer,
+            resolve_dtype,
+        )
 
         check_text_spaces(observation_space, action_space)
         if model is None:
@@ -163,6 +184,18 @@ class CausalLMPolicy(BasePolicy):
             raise ValueError(f"shared_prompt_cache must be a bool; got {shared_prompt_cache!r}")
         if dtype is not None:
             resolve_dtype(dtype)  # validate
+        if ref_model is False:
+            ref_model = None
+        if not (ref_model is None or isinstance(ref_model, bool | str | Path | torch.nn.Module)):
+            raise ValueError(
+                "ref_model must be None, True, a model object or a local folder; "
+                f"got {type(ref_model).__name__} {ref_model!r:.100}"
+            )
+        if isinstance(ref_model, torch.nn.Module) and ref_model is model:
+            raise ValueError(
+                "ref_model is the policy's own model object, which training changes; pass "
+                "ref_model=True for a frozen copy of it"
+            )
         super().__init__(
             observation_space,
             action_space,
@@ -179,6 +212,24 @@ class CausalLMPolicy(BasePolicy):
         net, self.model_source, self.base_source = load_causal_lm(model, dtype)
         self.tokenizer = load_tokenizer(tokenizer, self.model_source, net)
         self.model = apply_lora(net, lora)
+        # The reference: adapters disabled (PEFT), a copy made before any training, or a
+        # model of its own; frozen and always in eval mode (see train()).
+        self._ref_option = ref_model
+        self._ref_adapters_disabled = ref_model is True and is_peft_model(self.model)
+        self._log_prob_record: list[torch.Tensor] | None = None
+        if ref_model is None or self._ref_adapters_disabled:
+            ref = None
+        elif ref_model is True:
+            ref = copy.deepcopy(self.model)
+        else:
+            ref = load_causal_lm(ref_model, dtype)[0]
+            self._check_vocabulary(ref)
+        if ref is not None:
+            ref.requires_grad_(False)
+            ref.eval()
+        self.ref_model = ref
+        """The separate frozen reference model (None without one, or when it is this
+        model with its adapters disabled)."""
         self.use_chat_template = use_chat_template
         self.system_prompt = system_prompt
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
@@ -218,6 +269,29 @@ class CausalLMPolicy(BasePolicy):
             )
         return sorted(ids)
 
+    def _check_vocabulary(self, ref: torch.nn.Module) -> None:
+        def vocab(m):
+            base = m.get_base_model() if hasattr(m, "get_base_model") else m
+            return getattr(base.config, "vocab_size", None)
+
+        if vocab(ref) != vocab(self.model):
+            raise ValueError(
+                f"ref_model has a vocabulary of {vocab(ref)} tokens and the policy's model "
+                f"{vocab(self.model)}: the reference must share the policy's tokenizer"
+            )
+
+    @property
+    def has_reference(self) -> bool:
+        """Whether the policy has a reference model (``ref_model``)."""
+        return self.ref_model is not None or self._ref_adapters_disabled
+
+    def train(self, mode: bool = True) -> CausalLMPolicy:
+        """``nn.Module.train``; the reference model stays in eval mode."""
+        super().train(mode)
+        if self.ref_model is not None:
+            self.ref_model.eval()
+        return self
+
     @property
     def chat(self) -> bool:
         """Whether prompts go through the tokenizer's chat template."""
@@ -254,13 +328,18 @@ class CausalLMPolicy(BasePolicy):
             optimizer_class=self.optimizer_class,
             optimizer_kwargs=dict(self.optimizer_kwargs),
             shared_prompt_cache=self.shared_prompt_cache,
+            ref_model=self._ref_option,
         )
 
     def save_pretrained(self, directory: str | Path) -> Path:
-        """Write the model (or its LoRA adapter) and tokenizer with ``save_pretrained``."""
-        from tpo_agents.llm.loading import save_causal_lm
+        """Write the model (or its LoRA adapter) and tokenizer with ``save_pretrained``; a
+        separate reference model goes to ``directory/ref_model`` the same way."""
+        from tpo_agents.llm.loading import REF_MODEL_SUBFOLDER, save_causal_lm
 
-        return save_causal_lm(self.model, self.tokenizer, directory, self.base_source)
+        folder = save_causal_lm(self.model, self.tokenizer, directory, self.base_source)
+        if self.ref_model is not None:
+            save_causal_lm(self.ref_model, self.tokenizer, folder / REF_MODEL_SUBFOLDER, None)
+        return folder
 
     # ---------------------------------------------------------------- prompts
     def format_prompts(self, prompts: Sequence[str]) -> list[str]:
@@ -421,7 +500,54 @@ class CausalLMPolicy(BasePolicy):
                 self.model, *(t[start:stop] for t in tensors), temperature=self.temperature
             )
 
-        return rowwise_with_recompute(rows, len(tensors[0]), self.micro_batch_size)
+        out = rowwise_with_recompute(rows, len(tensors[0]), self.micro_batch_size)
+        if self._log_prob_record is not None:
+            self._log_prob_record.append(out)
+        return out
+
+    @contextlib.contextmanager
+    def record_log_probs(self) -> Iterator[list[torch.Tensor]]:
+        """A list that collects what :meth:`completion_log_probs` returns inside the block
+        (the agents reuse an epoch's token log-probs for the KL to the reference)."""
+        record: list[torch.Tensor] = []
+        previous, self._log_prob_record = self._log_prob_record, record
+        try:
+            yield record
+        finally:
+            self._log_prob_record = previous
+
+    @torch.no_grad()
+    def reference_log_probs(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        completion_ids: torch.Tensor,
+        completion_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """``[N, T]`` token log-probs of completions under the reference model (same
+        temperature as :meth:`completion_log_probs`, 0 on padding, no gradient), in
+        micro-batches of ``micro_batch_size`` rows. With LoRA and ``ref_model=True`` the
+        model runs with its adapters disabled (and dropout off)."""
+        if not self.has_reference:
+            raise ValueError("this policy has no reference model: build it with ref_model=...")
+        device = self.device
+        tensors = [t.to(device) for t in (prompt_ids, prompt_mask, completion_ids, completion_mask)]
+        net = self.model if self.ref_model is None else self.ref_model
+
+        def rows(start: int, stop: int) -> torch.Tensor:
+            return completion_log_probs(
+                net, *(t[start:stop] for t in tensors), temperature=self.temperature
+            )
+
+        if self.ref_model is not None:
+            return rowwise_with_recompute(rows, len(tensors[0]), self.micro_batch_size)
+        training = self.model.training
+        self.model.eval()
+        try:
+            with self.model.disable_adapter():
+                return rowwise_with_recompute(rows, len(tensors[0]), self.micro_batch_size)
+        finally:
+            self.model.train(training)
 
     # ---------------------------------------------------------------- predict
     def predict(

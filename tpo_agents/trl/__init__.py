@@ -12,11 +12,21 @@ from tpo_gym.extras import needs_extra
 
 # Every module of this package imports it first: a missing trl/transformers names the extra.
 with needs_extra("llm", "tpo_agents.trl"):
-    from tpo_agents.trl.config import IGNORED_GRPO_OPTIONS, TargetPOConfig, TPOConfig
-    from tpo_agents.trl.loss import standardize_group_rewards, tpo_group_loss
+    from tpo_agents.trl.config import (
+        ANCHOR_LOGPS,
+        IGNORED_GRPO_OPTIONS,
+        TargetPOConfig,
+        TPOConfig,
+    )
+    from tpo_agents.trl.loss import (
+        standardize_group_rewards,
+        tpo_group_loss,
+        tpo_sequence_loss,
+    )
     from tpo_agents.trl.trainer import TargetPOTrainer, TPOTrainer
 
 __all__ = [
+    "ANCHOR_LOGPS",
     "IGNORED_GRPO_OPTIONS",
     "TPOConfig",
     "TPOTrainer",
@@ -24,4 +34,5 @@ __all__ = [
     "TargetPOTrainer",
     "standardize_group_rewards",
     "tpo_group_loss",
+    "tpo_sequence_loss",
 ]

@@ -1,14 +1,13 @@
-"""``TargetPOConfig``: TRL's ``GRPOConfig`` plus TPO's two settings and its batch-layout rule."""
+"""``TargetPOConfig``: TRL's ``GRPOConfig`` plus TPO's settings and checks."""
 
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field, fields
 
 from trl import GRPOConfig
 
-__all__ = ["IGNORED_GRPO_OPTIONS", "TPOConfig", "TargetPOConfig"]
+__all__ = ["ANCHOR_LOGPS", "IGNORED_GRPO_OPTIONS", "TPOConfig", "TargetPOConfig"]
 
 IGNORED_GRPO_OPTIONS = (
     "epsilon",
@@ -25,15 +24,24 @@ IGNORED_GRPO_OPTIONS = (
     "vespo_lambda_neg",
     "off_policy_mask_threshold",
     "top_entropy_quantile",
+    "vllm_importance_sampling_mode",
+    "vllm_importance_sampling_clip_min",
+    "vllm_importance_sampling_clip_max",
+    "vllm_importance_sampling_cap",
 )
-"""GRPO options that have no meaning for TPO's loss; a non-default value draws a warning.
+"""GRPO options that have no meaning for TPO's loss: ``TargetPOConfig`` raises ``ValueError``
+when one is set to anything but TRL's default.
 
 Clipping (``epsilon``, ``epsilon_high``, ``delta``), the token-loss aggregation
 (``loss_type``), importance-ratio shaping (``importance_sampling_level``, SAPO / VESPO
-parameters, ``off_policy_mask_threshold``), token selection (``top_entropy_quantile``) and
-reward scaling (``scale_rewards``: TPO always standardizes within each group with the
-population std) all act on GRPO's per-token surrogate, which TPO does not have.
+parameters, ``off_policy_mask_threshold``, the ``vllm_importance_sampling_*`` mode and clip
+bounds), token selection (``top_entropy_quantile``) and reward scaling (``scale_rewards``: TPO
+always standardizes within each group with the population std) all act on GRPO's per-token
+surrogate, which TPO does not have. See the table in ``docs/llm_trl.md``.
 """
+
+ANCHOR_LOGPS = ("trainer", "sampler")
+"""Values of ``TargetPOConfig.tpo_anchor_logps``: whose log-probs ``p_old`` anchors the target."""
 
 
 @dataclass
@@ -48,13 +56,17 @@ class TargetPOConfig(GRPOConfig):
         tpo_anchor (`bool`, defaults to `True`):
             ``False`` drops ``p_old`` from the target (the TPO-no-anchor ablation,
             ``q = softmax(u / tpo_eta)``).
+        tpo_anchor_logps (`str`, defaults to `"trainer"`):
+            Whose sequence log-probs are ``p_old`` when the sampler is not the trainer (vLLM, or a
+            ``rollout_func`` that returns ``logprobs``). ``"trainer"``: the trainer's own log-probs
+            of the completions at rollout time (the sampler's target corrected by the full
+            sequence ratio trainer / sampler). ``"sampler"``: the log-probs the sampler reported.
 
-    Layout rule (checked here): ``per_device_train_batch_size`` (and, when evaluating,
-    ``per_device_eval_batch_size``) must be a multiple of ``num_generations`` (of
-    ``num_generations_eval``), so that every loss computation holds whole prompt groups: TPO's
-    softmax normalises over a prompt's completions, which GRPO's per-token loss never needs.
-    The options in :data:`IGNORED_GRPO_OPTIONS` do not apply to TPO (a warning names any set
-    to a non-default value); ``use_adaptive_entropy`` is not supported.
+    ``per_device_train_batch_size`` may be any size, also smaller than ``num_generations`` (the
+    trainer then backpropagates a group in several micro-batches, exactly); when evaluating,
+    ``per_device_eval_batch_size`` must be a multiple of ``num_generations_eval``. The options in
+    :data:`IGNORED_GRPO_OPTIONS` do not apply to TPO: setting one to a non-default value raises
+    ``ValueError``; ``use_adaptive_entropy`` is not supported.
     """
 
     tpo_eta: float = field(
@@ -65,8 +77,30 @@ class TargetPOConfig(GRPOConfig):
         default=True,
         metadata={"help": "False gives TPO-no-anchor: q = softmax(u / eta), without p_old."},
     )
+    tpo_anchor_logps: str = field(
+        default="trainer",
+        metadata={
+            "help": "Whose log-probs are p_old in the target when sampler and trainer differ (vLLM, "
+            "a rollout_func with logprobs): 'trainer' (its rollout-time log-probs) or 'sampler'.",
+            "choices": list(ANCHOR_LOGPS),
+        },
+    )
 
     def __post_init__(self):
+        # Read before GRPOConfig normalises them (scale_rewards True -> "group", cap -> clip_max).
+        defaults = {f.name: f.default for f in fields(GRPOConfig) if f.name in IGNORED_GRPO_OPTIONS}
+        changed = {name: getattr(self, name) for name in IGNORED_GRPO_OPTIONS}
+        changed["scale_rewards"] = {True: "group"}.get(
+            changed["scale_rewards"], changed["scale_rewards"]
+        )
+        changed = {name: v for name, v in changed.items() if v != defaults[name]}
+        if changed:
+            listed = ", ".join(f"{name}={value!r}" for name, value in changed.items())
+            raise ValueError(
+                f"TargetPOConfig: {listed}: GRPO-only option(s) that TPO's loss does not use (TPO has "
+                "no clipped ratio and standardizes rewards per group); leave them at TRL's defaults "
+                "(the table in docs/llm_trl.md says what each one does in GRPO and in TPO)"
+            )
         super().__post_init__()
         try:
             eta = float(self.tpo_eta)
@@ -75,30 +109,25 @@ class TargetPOConfig(GRPOConfig):
         if not (math.isfinite(eta) and eta > 0):
             raise ValueError(f"tpo_eta must be a finite number > 0; got {self.tpo_eta!r}")
         self.tpo_eta = eta
-        if self.per_device_train_batch_size % self.num_generations:
+        if self.tpo_anchor_logps not in ANCHOR_LOGPS:
             raise ValueError(
-                f"per_device_train_batch_size ({self.per_device_train_batch_size}) must be a multiple of "
-                f"num_generations ({self.num_generations}): TPO's loss normalises over each prompt's "
-                "completions, so a loss computation must hold whole prompt groups"
+                f"tpo_anchor_logps must be one of {ANCHOR_LOGPS}; got {self.tpo_anchor_logps!r}"
+            )
+        if self.tpo_anchor_logps == "sampler" and not self.tpo_anchor:
+            raise ValueError(
+                "tpo_anchor_logps='sampler' chooses the anchor's log-probs, but tpo_anchor=False "
+                "drops the anchor: set one or the other"
             )
         if self.do_eval and self.eval_strategy != "no":
             k_eval = self.num_generations_eval or self.num_generations
             if self.per_device_eval_batch_size % k_eval:
                 raise ValueError(
                     f"per_device_eval_batch_size ({self.per_device_eval_batch_size}) must be a multiple of "
-                    f"the evaluation group size ({k_eval})"
+                    f"the evaluation group size ({k_eval}): evaluation computes each group's loss in one pass"
                 )
         if self.use_adaptive_entropy:
             raise ValueError(
                 "use_adaptive_entropy=True is not supported by TargetPOTrainer; use a fixed entropy_coef"
-            )
-        defaults = {f.name: f.default for f in fields(GRPOConfig) if f.name in IGNORED_GRPO_OPTIONS}
-        changed = [name for name, default in defaults.items() if getattr(self, name) != default]
-        if changed:
-            warnings.warn(
-                f"TargetPOConfig: {', '.join(changed)} do(es) not apply to TPO's loss and will be ignored",
-                UserWarning,
-                stacklevel=3,
             )
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "group_rows",
     "standardize_group_rewards",
     "tpo_group_loss",
+    "tpo_sequence_loss",
 ]
 
 AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
@@ -168,6 +169,12 @@ class TPOLossOutput:
     active: torch.Tensor
     """``[G]`` bool: the group enters the loss (kept, and not a zero-variance group on the
     rollout policy, whose exact gradient is 0)."""
+    p_minus_q: torch.Tensor
+    """``[B]`` ``p_i - q_i`` on the valid rows of active groups, 0 elsewhere: ``dL/dl_i`` times
+    the number of groups."""
+    row_loss: torch.Tensor
+    """``[B]`` ``-q_i log p_i`` on the valid rows of active groups, 0 elsewhere: each group's
+    cross-entropy split over its rows (so a row subset carries its share of the loss)."""
 
 
 def tpo_group_loss(
@@ -193,11 +200,9 @@ def tpo_group_loss(
     :param eta: target temperature (> 0). :param anchor: False gives TPO-no-anchor
         (``q = softmax(u / eta)``).
     """
-    k = _check_group_size(num_generations)
     logp = sequence_logps(per_token_logps, mask)
-    if old_per_token_logps is None:
-        old = logp.detach()
-    else:
+    old = None
+    if old_per_token_logps is not None:
         if old_per_token_logps.shape != per_token_logps.shape:
             raise ValueError(
                 f"old_per_token_logps must have shape {tuple(per_token_logps.shape)}; "
@@ -206,9 +211,32 @@ def tpo_group_loss(
         old = sequence_logps(old_per_token_logps.detach(), mask)
     has_tokens = mask.sum(-1) > 0
     valid = has_tokens if valid is None else valid.to(torch.bool) & has_tokens
-    if u.shape != logp.shape or valid.shape != logp.shape:
+    return tpo_sequence_loss(
+        logp, u, num_generations, old_logp=old, valid=valid, eta=eta, anchor=anchor
+    )
+
+
+def tpo_sequence_loss(
+    logp: torch.Tensor,
+    u: torch.Tensor,
+    num_generations: int,
+    old_logp: torch.Tensor | None = None,
+    valid: torch.Tensor | None = None,
+    eta: float = 1.0,
+    anchor: bool = True,
+) -> TPOLossOutput:
+    """:func:`tpo_group_loss` on sequence log-probs ``l_i`` (``[B]``, groups of consecutive rows).
+
+    ``old_logp`` ``[B]`` are the anchor's sequence log-probs (``None``: the policy has not
+    changed since the rollout, the detached ``logp`` stand in); ``valid`` ``[B]`` bool, default all.
+    """
+    k = _check_group_size(num_generations)
+    old = logp.detach() if old_logp is None else old_logp.detach().to(logp.dtype)
+    valid = torch.ones_like(logp, dtype=torch.bool) if valid is None else valid.to(torch.bool)
+    if u.shape != logp.shape or valid.shape != logp.shape or old.shape != logp.shape:
         raise ValueError(
-            f"u and valid must have shape [B] = {tuple(logp.shape)}; got {tuple(u.shape)} and {tuple(valid.shape)}"
+            f"u, valid and old_logp must have shape [B] = {tuple(logp.shape)}; got {tuple(u.shape)}, "
+            f"{tuple(valid.shape)} and {tuple(old.shape)}"
         )
     logp_g, old_g = group_rows(logp, k), group_rows(old, k)
     u_g = group_rows(u.to(device=logp.device, dtype=logp.dtype), k)
@@ -221,10 +249,12 @@ def tpo_group_loss(
     # hence zero gradient; computed in floating point it leaves ulp-level noise, which Adam
     # would blow up into learning-rate-sized steps. Such groups are skipped (exact zero).
     # With old log-probs (a later iteration) their gradient p - p_old is real: they stay.
-    active = kept & ~zero_variance if (old_per_token_logps is None and anchor) else kept
+    active = kept & ~zero_variance if (old_logp is None and anchor) else kept
     if not kept.any():  # nothing scored: keep the graph, move nothing
-        empty = logp_g.new_zeros(0)
-        return TPOLossOutput((logp * 0.0).sum(), q, empty, empty, empty, zero_variance, kept, active)
+        empty, zeros = logp_g.new_zeros(0), torch.zeros_like(logp).detach()
+        return TPOLossOutput(
+            (logp * 0.0).sum(), q, empty, empty, empty, zero_variance, kept, active, zeros, zeros
+        )
     lg, og, ug, mg = logp_g[kept], old_g[kept], u_g[kept], valid_g[kept]
     q_kept = obj.tpo_target(og, ug, eta=eta, anchor=anchor, mask=mg)
     q[kept] = q_kept
@@ -234,6 +264,10 @@ def tpo_group_loss(
     else:
         loss = (logp * 0.0).sum()
     with torch.no_grad():
+        on = valid_g & active[:, None]
+        log_p = torch.log_softmax(logp_g.detach().masked_fill(~valid_g, float("-inf")), dim=-1)
+        log_p = log_p.masked_fill(~on, 0.0)
+        zero = torch.zeros_like(q)
         return TPOLossOutput(
             loss=loss,
             q=q,
@@ -243,4 +277,6 @@ def tpo_group_loss(
             zero_variance=zero_variance,
             kept=kept,
             active=active,
+            p_minus_q=torch.where(on, log_p.exp() - q, zero).flatten(),
+            row_loss=torch.where(on, -q * log_p, zero).flatten(),
         )

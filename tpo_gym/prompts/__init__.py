@@ -3,7 +3,7 @@
 * :mod:`tpo_gym.prompts.extraction`: :func:`extract_answer` (``<answer>`` tags, ``#### n``,
   ``\\boxed{}``, last number, first character, identity) and numeric comparison;
 * :mod:`tpo_gym.prompts.tasks`: the :class:`TaskSource` interface, :class:`PromptListTask`,
-  :class:`TinyArithmeticTask` and :class:`ArithmeticTask`;
+  :class:`TinyArithmeticTask`, :class:`ArithmeticTask` and :class:`StringReversalTask`;
 * :mod:`tpo_gym.prompts.reasoning`: :class:`ReasoningGymTask` (``reasoning_gym`` is imported
   only when one is built);
 * :mod:`tpo_gym.prompts.gsm8k`: :class:`GSM8KTask` (a local JSONL or parquet file);
@@ -18,6 +18,7 @@ from tpo_gym.prompts.env import (
     PromptEnvResetNeeded,
     PromptListEnv,
     ReasoningGymEnv,
+    StringReversalEnv,
     TinyArithmeticEnv,
 )
 from tpo_gym.prompts.extraction import (
@@ -29,7 +30,13 @@ from tpo_gym.prompts.extraction import (
 )
 from tpo_gym.prompts.gsm8k import GSM8KTask, load_gsm8k_records
 from tpo_gym.prompts.reasoning import ReasoningGymTask, reasoning_gym_task_names
-from tpo_gym.prompts.tasks import ArithmeticTask, PromptListTask, TaskSource, TinyArithmeticTask
+from tpo_gym.prompts.tasks import (
+    ArithmeticTask,
+    PromptListTask,
+    StringReversalTask,
+    TaskSource,
+    TinyArithmeticTask,
+)
 
 __all__ = [
     "ANSWER_FORMATS",
@@ -44,6 +51,8 @@ __all__ = [
     "PromptListTask",
     "ReasoningGymEnv",
     "ReasoningGymTask",
+    "StringReversalEnv",
+    "StringReversalTask",
     "TaskSource",
     "TinyArithmeticEnv",
     "TinyArithmeticTask",

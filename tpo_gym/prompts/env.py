@@ -21,7 +21,13 @@ from tpo_gym.candidates import GROUP_MODE_KEY
 from tpo_gym.prompts.extraction import AnswerFormat, check_answer_format, extract_answer
 from tpo_gym.prompts.gsm8k import GSM8KTask
 from tpo_gym.prompts.reasoning import ReasoningGymTask
-from tpo_gym.prompts.tasks import ArithmeticTask, PromptListTask, TaskSource, TinyArithmeticTask
+from tpo_gym.prompts.tasks import (
+    ArithmeticTask,
+    PromptListTask,
+    StringReversalTask,
+    TaskSource,
+    TinyArithmeticTask,
+)
 from tpo_gym.validation import (
     check_int,
     check_render_mode,
@@ -37,6 +43,7 @@ __all__ = [
     "PromptEnvResetNeeded",
     "PromptListEnv",
     "ReasoningGymEnv",
+    "StringReversalEnv",
     "TinyArithmeticEnv",
 ]
 
@@ -115,6 +122,7 @@ class PromptEnv(gym.Env[str, str]):
     gym.make("GSM8K-v0", path="gsm8k_train.jsonl")
     gym.make("PromptList-v0", pairs=[("2+2=", "4"), ("Name a prime.", is_prime)])
     gym.make("TinyArithmetic-v0")
+    gym.make("StringReversal-v0", length=7)
     ```
     * ``source``: a :class:`~tpo_gym.prompts.tasks.TaskSource`.
     * ``answer_format``: how answers are extracted (default: the source's
@@ -423,4 +431,35 @@ class ArithmeticEnv(PromptEnv):
             digits=digits, operations=operations, split=split, test_size=test_size,
             size=size, seed=seed,
         )
+        super().__init__(source, max_completion_length=max_completion_length, **kwargs)
+
+
+class StringReversalEnv(PromptEnv):
+    """:class:`PromptEnv` over string reversal, exact match (id ``StringReversal-v0``).
+
+    ``StringReversalEnv(length=5, alphabet="abc...z", split="train", test_size=200, size=None,
+    seed=0, max_completion_length=None, **kwargs)``: prompts like ``"rev abcde="`` (no
+    instruction), reward 1.0 iff the whole stripped completion is the string reversed. The
+    length (an int, or a ``(min, max)`` mixture) is the difficulty dial; ``split="test"`` gives
+    the held-out strings ``"train"`` never shows. ``max_completion_length`` defaults to the
+    longest answer plus 4 characters. See :class:`~tpo_gym.prompts.tasks.StringReversalTask`.
+    """
+
+    def __init__(
+        self,
+        length: int | tuple[int, int] = 5,
+        alphabet: str = "abcdefghijklmnopqrstuvwxyz",
+        split: str = "train",
+        test_size: int = 200,
+        size: int | None = None,
+        seed: int = 0,
+        max_completion_length: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        source = StringReversalTask(
+            length=length, alphabet=alphabet, split=split, test_size=test_size, size=size,
+            seed=seed,
+        )
+        if max_completion_length is None:
+            max_completion_length = source.length[1] + 4
         super().__init__(source, max_completion_length=max_completion_length, **kwargs)

@@ -15,8 +15,9 @@ A task source is a fixed, indexed list of prompts. :class:`TaskSource` is the in
 
 This module holds the interface and three small sources: :class:`PromptListTask` (user-supplied
 ``(prompt, verifier)`` pairs), :class:`TinyArithmeticTask` (one-digit sums for tiny-LM
-learning tests) and :class:`ArithmeticTask` (multi-digit arithmetic with an exact-match reward
-and a held-out split). Reasoning Gym and GSM8K live in :mod:`tpo_gym.prompts.reasoning` and
+learning tests), :class:`ArithmeticTask` (multi-digit arithmetic with an exact-match reward
+and a held-out split) and :class:`StringReversalTask` (reverse a letter string; its length is
+a difficulty dial). Reasoning Gym and GSM8K live in :mod:`tpo_gym.prompts.reasoning` and
 :mod:`tpo_gym.prompts.gsm8k`. Imports numpy and the standard library only (never torch).
 """
 
@@ -40,6 +41,7 @@ from tpo_gym.validation import check_int, check_scalar_action, show
 __all__ = [
     "ArithmeticTask",
     "PromptListTask",
+    "StringReversalTask",
     "TaskSource",
     "TinyArithmeticTask",
     "check_score",
@@ -350,3 +352,122 @@ class ArithmeticTask(_OperandTask):
 
     def verify(self, i: int, answer: str) -> float:
         return float(answer.strip() == self.answer(i))
+
+
+class StringReversalTask(TaskSource):
+    """Reverse a random letter string, exact match: the text analogue of Token Reversal.
+
+    Prompts like ``"rev abcde="`` with answer ``"edcba"``. ``length`` is the difficulty dial,
+    as H is in Table 3: the answer is the prompt's string reversed, one wrong character scores
+    0 (terminal reward), so the chance that a sampled completion is all right falls about
+    geometrically with the length. ``length`` is an int, or a ``(min, max)`` pair for a mixture
+    (each problem's length drawn uniformly), which is how a model is pre-trained on every level
+    at once.
+
+    Strings are drawn with ``seed`` (letters from ``alphabet``, uniformly). The first
+    ``test_size`` distinct strings of each length are the held-out ``"test"`` split; the
+    ``"train"`` split draws ``size`` problems (default 20,000) that never equal a test string,
+    so a model trained on ``"train"`` is evaluated on strings it never saw. The same seed gives
+    the same split for any ``split``, ``size`` and ``length`` range covering a length.
+
+    Args:
+        length: string length, an int in ``1..64`` or a ``(min, max)`` pair of them.
+        alphabet: the letters (a string of at least 2 distinct characters, no whitespace,
+            no ``=``).
+        split: ``"train"``, ``"test"`` or ``"all"`` (the test problems, then the train ones).
+        test_size: held-out strings per length (int >= 1, at most half the strings of the
+            shortest length).
+        size: train problems (``None``: 20,000; the test split always holds ``test_size`` per
+            length).
+        seed: the seed of the draws (int >= 0).
+    """
+
+    name = "string_reversal"
+    default_answer_format = "identity"
+    PREFIX = "rev "
+
+    def __init__(
+        self,
+        length: int | Sequence[int] = 5,
+        alphabet: str = "abcdefghijklmnopqrstuvwxyz",
+        split: str = "train",
+        test_size: int = 200,
+        size: int | None = None,
+        seed: int = 0,
+    ):
+        lo, hi = _length_range(length)
+        if (
+            not isinstance(alphabet, str)
+            or len(set(alphabet)) < 2
+            or len(set(alphabet)) != len(alphabet)
+            or any(ch.isspace() or ch == "=" for ch in alphabet)
+        ):
+            raise ValueError(
+                "alphabet must be a string of at least 2 distinct characters without whitespace "
+                f"or '=', got {alphabet!r}"
+            )
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        test_size = check_int("test_size", test_size, 1)
+        if 2 * test_size > len(alphabet) ** lo:
+            raise ValueError(
+                f"test_size must be at most half the {len(alphabet) ** lo} strings of length {lo} "
+                f"over {len(alphabet)} letters, got {test_size}"
+            )
+        size = 20_000 if size is None else check_int("size", size, 1)
+        seed = check_int("seed", seed, 0)
+        # Each length's test strings come from their own stream, so they do not depend on the
+        # range: a model pre-trained on the mixture 3..10 never saw the test strings of 7.
+        test = {n: _distinct_strings(alphabet, n, test_size, seed) for n in range(lo, hi + 1)}
+        held_out = {s for strings in test.values() for s in strings}
+        strings: list[str] = []
+        if split in ("test", "all"):
+            strings += [s for n in range(lo, hi + 1) for s in test[n]]
+        if split in ("train", "all"):
+            rng = np.random.default_rng([seed, 1, lo, hi])
+            letters = np.array(list(alphabet))
+            end = len(strings) + size
+            while len(strings) < end:
+                n = int(rng.integers(lo, hi + 1))
+                s = "".join(letters[rng.integers(0, len(alphabet), n)])
+                if s not in held_out:
+                    strings.append(s)
+        self.length, self.alphabet, self.split = (lo, hi), alphabet, split
+        self.test_size, self.seed = test_size, seed
+        self._strings = strings
+
+    def __len__(self) -> int:
+        return len(self._strings)
+
+    def prompt(self, i: int) -> str:
+        return f"{self.PREFIX}{self._strings[self.check_index(i)]}="
+
+    def answer(self, i: int) -> str:
+        return self._strings[self.check_index(i)][::-1]
+
+    def metadata(self, i: int) -> dict[str, Any]:
+        return {"length": len(self._strings[self.check_index(i)]), "split": self.split}
+
+    def verify(self, i: int, answer: str) -> float:
+        return float(answer.strip() == self.answer(i))
+
+
+def _length_range(length: Any) -> tuple[int, int]:
+    """``length`` (an int or a ``(min, max)`` pair, each in 1..64) as ``(min, max)``."""
+    pair = (length, length) if not isinstance(length, (list, tuple)) else tuple(length)
+    if len(pair) != 2:
+        raise ValueError(f"length must be an int or a (min, max) pair, got {length!r}")
+    lo, hi = (check_int("length", v, 1) for v in pair)
+    if hi > 64 or lo > hi:
+        raise ValueError(f"length must be in 1..64 with min <= max, got {length!r}")
+    return lo, hi
+
+
+def _distinct_strings(alphabet: str, n: int, count: int, seed: int) -> list[str]:
+    """``count`` distinct strings of length ``n``, drawn in order from the stream (seed, n)."""
+    rng = np.random.default_rng([seed, 0, n])
+    letters = np.array(list(alphabet))
+    seen: dict[str, None] = {}
+    while len(seen) < count:
+        seen.setdefault("".join(letters[rng.integers(0, len(alphabet), n)]), None)
+    return list(seen)

@@ -54,12 +54,15 @@ from tpo_gym.extras import needs_extra
 __all__ = [
     "RECIPE_VERSION",
     "SFTConfig",
+    "DIALS",
     "SPARSE_TASKS",
     "SparseTask",
     "default_cache_dir",
     "pretrain_causal_lm",
+    "model_task",
     "pretrained_lm",
     "sft_examples",
+    "sparse_task",
 ]
 
 
@@ -104,10 +107,47 @@ SPARSE_TASKS: dict[str, SparseTask] = {
     "chain_sum": _rg(
         "chain_sum", {"min_terms": 2, "max_terms": 2, "min_digits": 2, "max_digits": 2}, 5000
     ),
+    # The difficulty dial (zoo.llm_difficulty): reverse a random string of 2..12 letters,
+    # "rev abcde=" -> "edcba"; one model for every length, RL at one length per level.
+    "reversal": SparseTask(
+        "StringReversal-v0", {"length": (2, 12)}, {"length": (2, 12), "split": "test"},
+        max_new_tokens=16,
+    ),
     # Reasoning Gym's spell_backward on 3-5 letter words: "... backward ...: bird" -> "drib".
     "spell_backward": _rg("spell_backward", {"min_word_len": 3, "max_word_len": 5}, 3000),
 }
 """The sparse-reward tasks of the LLM study, by name (answers are the whole completion)."""
+
+
+def _reversal_level(length: int) -> SparseTask:
+    return SparseTask(
+        "StringReversal-v0", {"length": length}, {"length": length, "split": "test"},
+        max_new_tokens=length + 4,
+    )
+
+
+DIALS: dict[str, Callable[[int], SparseTask]] = {"reversal": _reversal_level}
+"""Tasks with a difficulty dial: ``name@level`` is one level (``reversal@7``: strings of 7
+letters), RL-trained from the model pre-trained on the task ``name`` (every level mixed)."""
+
+
+def sparse_task(name: str) -> SparseTask:
+    """The task ``name`` of :data:`SPARSE_TASKS`, or one level ``base@level`` of a dial."""
+    base, at, level = name.partition("@")
+    if not at:
+        if name not in SPARSE_TASKS:
+            raise ValueError(f"task must be one of {sorted(SPARSE_TASKS)} or BASE@LEVEL with BASE "
+                             f"in {sorted(DIALS)}, got {name!r}")
+        return SPARSE_TASKS[name]
+    if base not in DIALS or not level.isdigit() or int(level) < 1:
+        raise ValueError(f"a dial level is BASE@LEVEL with BASE in {sorted(DIALS)} and LEVEL an "
+                         f"int >= 1, got {name!r}")
+    return DIALS[base](int(level))
+
+
+def model_task(name: str) -> str:
+    """The task whose pre-trained model RL on ``name`` starts from (``reversal@7`` -> ``reversal``)."""
+    return name.partition("@")[0]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -78,9 +78,9 @@ def run_ours(method: str, cfg: dict, model_path: str, seed: int) -> dict:
     from stable_baselines3.common.callbacks import BaseCallback
 
     from tpo_agents import GRPO, TPO
-    from zoo.paper.llm.pretrain import SPARSE_TASKS
+    from zoo.paper.llm.pretrain import sparse_task
 
-    task = SPARSE_TASKS[cfg["task"]]
+    task = sparse_task(cfg["task"])
     test_env = task.make("test")
     curve: list[dict] = []
     seconds: list[float] = []
@@ -144,10 +144,10 @@ def run_trl(method: str, cfg: dict, model_path: str, seed: int, workdir: Path) -
 
     from tpo_agents.trl import TargetPOConfig, TargetPOTrainer
     from tpo_agents.trl.prompts import PromptEnvReward, prompt_env_dataset
-    from zoo.paper.llm.pretrain import SPARSE_TASKS
+    from zoo.paper.llm.pretrain import sparse_task
 
     hf_logging.set_verbosity_error()
-    task = SPARSE_TASKS[cfg["task"]]
+    task = sparse_task(cfg["task"])
     train_env, test_env = task.make("train"), task.make("test")
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     curve: list[dict] = []
@@ -219,7 +219,7 @@ def run_trl(method: str, cfg: dict, model_path: str, seed: int, workdir: Path) -
 
 
 # The settings that change a run's result: a cached run is reused only when all of them match.
-RUN_KEYS = ("task", "steps", "prompts", "k", "eval_every", "n_eval", "lr")
+RUN_KEYS = ("task", "steps", "prompts", "k", "eval_every", "n_eval", "lr", "sft")
 
 
 def cache_path(cache: Path, method: str, cfg: dict, seed: int) -> Path:
@@ -231,7 +231,8 @@ def cache_path(cache: Path, method: str, cfg: dict, seed: int) -> Path:
 
 def _check_cached(path: Path, run: dict, cfg: dict) -> None:
     stored = run.get("config", {})
-    wrong = {key: (stored.get(key), cfg[key]) for key in RUN_KEYS if stored.get(key) != cfg[key]}
+    wrong = {key: (stored.get(key), cfg.get(key)) for key in RUN_KEYS
+             if stored.get(key) != cfg.get(key)}
     if wrong:
         detail = ", ".join(f"{k}: cached {a!r}, asked {b!r}" for k, (a, b) in wrong.items())
         raise ValueError(f"cached run {path} was made with other settings ({detail}); "
@@ -242,7 +243,7 @@ def run_one(method: str, cfg: dict, seed: int, cache: Path, workdir: Path) -> di
     """One (method, lr, seed) run, read from ``cache`` when it is there."""
     import torch
 
-    from zoo.paper.llm.pretrain import pretrained_lm
+    from zoo.paper.llm.pretrain import model_task, pretrained_lm
 
     path = cache_path(cache, method, cfg, seed)
     if path.exists():
@@ -252,7 +253,7 @@ def run_one(method: str, cfg: dict, seed: int, cache: Path, workdir: Path) -> di
     previous = torch.get_num_threads()
     torch.set_num_threads(cfg["threads"])
     try:
-        model_path = str(pretrained_lm(cfg["task"]))
+        model_path = str(pretrained_lm(model_task(cfg["task"]), **cfg.get("sft", {})))
         start = time.perf_counter()
         if method in ("tpo", "grpo"):
             run = run_ours(method, cfg, model_path, seed)
