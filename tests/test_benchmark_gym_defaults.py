@@ -304,3 +304,22 @@ def test_a_branch_run_cached_before_interactions_were_counted_is_run_again(gd, t
     again = gd.main(tiny_argv(out))
     assert trained == ["IdentityEnv-10__tpo__seed0"] and again["missing"] == []
     assert "env_steps_total" in json.loads(path.read_text())
+
+
+def test_zoo_budget_gives_rl_zoo3_n_timesteps_where_it_tuned_ppo_for_longer(gd, tmp_path):
+    assert {e: gd.runner.env_budget(e, "zoo") for e in gd.config.ENVS} == {
+        **{e: b.timesteps for e, b in gd.config.ENVS.items()},
+        "Acrobot-v1": 1_000_000, "MountainCar-v0": 1_000_000, "LunarLander-v3": 1_000_000,
+    }  # fmt: skip
+    assert gd.runner.env_budget("Acrobot-v1") == 200_000
+    runs = gd.runner.plan_runs(["Acrobot-v1", "CartPole-v1"], ["tpo"], 1, 0.001, 0.5, 1, budget="zoo")
+    assert [(r.env, r.timesteps, r.eval_every) for r in runs] == [
+        ("Acrobot-v1", 1000, 500), ("CartPole-v1", 100, 50)]
+    with pytest.raises(ValueError, match="budget must be one of"):
+        gd.runner.env_budget("Acrobot-v1", "long")
+    # The page of a zoo-budget run has its own name and says which budget it used.
+    result = gd.main([*tiny_argv(tmp_path), "--envs", "IdentityEnv-10", "--methods", "tpo",
+                      "--budget", "zoo"])
+    assert result["config"]["budget"] == "zoo"
+    assert (tmp_path / "gym_defaults-zoo-budget.md").exists() and not (tmp_path / "gym_defaults.md").exists()
+    assert "rl-zoo3's own `n_timesteps`" in (tmp_path / "gym_defaults-zoo-budget.md").read_text()

@@ -19,7 +19,13 @@ from benchmarks.gym_defaults.config import (
     zoo_version,
 )
 from benchmarks.gym_defaults.report import match_lines, summarize_env, write_outputs
-from benchmarks.gym_defaults.runner import CacheConfigError, plan_runs, read_cache, run_missing
+from benchmarks.gym_defaults.runner import (
+    BUDGETS,
+    CacheConfigError,
+    plan_runs,
+    read_cache,
+    run_missing,
+)
 from benchmarks.harness import EVAL_SEED_OFFSET
 from zoo.cli import positive_float, positive_int
 from zoo.jobs.sweep import cache_root
@@ -43,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="methods (default: all): " + ", ".join(METHODS))
     parser.add_argument("--seeds", type=positive_int, default=5, help="seeds 0..N-1 per env and method")
     parser.add_argument("--workers", type=positive_int, default=2, help="parallel processes (1: in this process)")
+    parser.add_argument("--budget", choices=BUDGETS, default="table",
+                        help="table: each env's budget in the table; zoo: rl-zoo3's own n_timesteps "
+                             "where it tuned PPO for longer (Acrobot, MountainCar, LunarLander: 1M)")
     parser.add_argument("--timesteps-scale", type=positive_float, default=1.0,
                         help="multiplies every env's default budget (e.g. 0.1 for a quick look)")
     parser.add_argument("--eval-every-fraction", type=fraction, default=0.05,
@@ -73,7 +82,7 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error("no env can run here: " + "; ".join(f"{e} {why}" for e, why in skipped.items()))
     out, cache = Path(args.out), cache_root(args)
     runs = plan_runs(env_names, args.methods, args.seeds, args.timesteps_scale, args.eval_every_fraction,
-                     args.n_eval_episodes)
+                     args.n_eval_episodes, budget=args.budget)
     cached = read_cache(runs, cache)
     t0 = time.perf_counter()
     backend: dict = {}
@@ -91,6 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
             "envs": env_names,
             "methods": args.methods,
             "n_seeds": args.seeds,
+            "budget": args.budget,
             "timesteps_scale": args.timesteps_scale,
             "timesteps": {e: envs[e]["timesteps"] for e in env_names},
             "eval_every_fraction": args.eval_every_fraction,

@@ -122,7 +122,9 @@ def protocol(cfg: dict) -> str:
     """The page's opening paragraph: what each method is and how it was measured."""
     return (
         f"Every method gets the same budget of env interactions per env ({cfg['timesteps_scale']:g} "
-        "x the env's default), counting every kind: steps of the training env and the steps of "
+        + ("x rl-zoo3's own `n_timesteps` where it tuned PPO for longer than the table's budget, "
+           "else the table's" if cfg.get("budget") == "zoo" else "x the env's default")
+        + "), counting every kind: steps of the training env and the steps of "
         "state copies that `branch` groups play (`env_steps_total`); "
         f"{cfg['n_seeds']} seeds; the greedy policy is evaluated on "
         f"{cfg['n_eval_episodes']} episodes of a separately seeded eval env every "
@@ -192,5 +194,7 @@ def markdown(result: dict) -> str:
 
 
 def write_outputs(result: dict, out_dir: Path) -> dict[str, Path]:
-    """``gym_defaults.json``, ``.png`` and ``.md`` in ``out_dir``, each written atomically."""
-    return harness.write_outputs(result, out_dir, NAME, markdown(result), METHOD_LABELS)
+    """``gym_defaults.json``, ``.png`` and ``.md`` in ``out_dir`` (``gym_defaults-zoo-budget.*``
+    with ``--budget zoo``), each written atomically."""
+    name = NAME if result["config"].get("budget", "table") == "table" else f"{NAME}-zoo-budget"
+    return harness.write_outputs(result, out_dir, name, markdown(result), METHOD_LABELS)

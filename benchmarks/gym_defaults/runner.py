@@ -18,14 +18,31 @@ from zoo.jobs.sweep import code_version
 # ----------------------------------------------------------------------------- one run
 
 
+def env_budget(env_name: str, budget: str = "table") -> int:
+    """An env's budget of env interactions before ``--timesteps-scale``: the table's
+    (``BenchEnv.timesteps``), or with ``budget="zoo"`` the ``n_timesteps`` rl-zoo3 tuned its
+    PPO entry for where that is longer (Acrobot, MountainCar, LunarLander: 1M), so PPO-zoo's
+    schedules run as tuned."""
+    if budget not in BUDGETS:
+        raise ValueError(f"budget must be one of {BUDGETS}, got {budget!r}")
+    table = ENVS[env_name].timesteps
+    if budget == "table" or ENVS[env_name].zoo_key is None:
+        return table
+    tuned = (method_hyperparameters(env_name, "ppo_zoo").get("dropped") or {}).get("n_timesteps")
+    return max(table, int(float(tuned))) if tuned is not None else table
+
+
+BUDGETS = ("table", "zoo")
+
+
 def plan_runs(
     env_names: Sequence[str], methods: Sequence[str], seeds: int, timesteps_scale: float,
-    eval_every_fraction: float, n_eval_episodes: int,
+    eval_every_fraction: float, n_eval_episodes: int, budget: str = "table",
 ) -> list[Run]:  # fmt: skip
     """Every (env, seed, method) run, methods interleaved so the workers share them evenly."""
     runs = []
     for env_name in env_names:
-        timesteps = max(1, round(ENVS[env_name].timesteps * timesteps_scale))
+        timesteps = max(1, round(env_budget(env_name, budget) * timesteps_scale))
         eval_every = max(1, round(timesteps * eval_every_fraction))
         hyper = {m: method_hyperparameters(env_name, m) for m in methods}
         for seed in range(seeds):

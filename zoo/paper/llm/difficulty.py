@@ -16,8 +16,8 @@ fraction of groups (K completions sampled at temperature 1, for each seed's draw
 whose rewards have no spread, i.e. GRPO's zero-variance groups.
 
 Methods (:mod:`zoo.paper.llm.study`): our ``tpo`` and ``grpo`` on ``CausalLMPolicy``, our
-``trl_targetpo`` (TargetPOTrainer), TRL's ``GRPOTrainer`` with ``loss_type="grpo"``
-(``trl_grpo``) and ``"dr_grpo"`` (``trl_dr_grpo``); the same generation budget (steps x
+``trl_targetpo`` (TargetPOTrainer), TRL's ``GRPOTrainer`` with its default ``loss_type="dapo"``
+(``trl_dapo``) and ``"dr_grpo"`` (``trl_dr_grpo``); the same generation budget (steps x
 prompts x K completions) for every method. Learning rates are chosen per method at one tuning
 level on tuning seeds (default 100-102, never reported) from a grid, then frozen for the
 reported seeds (default 0-4) at every level.
@@ -49,13 +49,13 @@ from zoo.jobs.sweep import cache_root
 from zoo.paper.llm import study
 
 DIAL = "reversal"
-METHODS = ("tpo", "grpo", "trl_targetpo", "trl_grpo", "trl_dr_grpo")
+METHODS = ("tpo", "grpo", "trl_targetpo", "trl_dapo", "trl_dr_grpo")
 SFT = {"target_accuracy": 0.2}
 """The start model: :class:`~zoo.paper.llm.pretrain.SFTConfig` overrides of the dial's SFT."""
 
 PAIRS = (
     ("tpo", "grpo", "our TPO", "our GRPO"),
-    ("trl_targetpo", "trl_grpo", "TargetPOTrainer", "TRL GRPOTrainer (grpo)"),
+    ("trl_targetpo", "trl_dapo", "TargetPOTrainer", "TRL GRPOTrainer (dapo, its default)"),
     ("trl_targetpo", "trl_dr_grpo", "TargetPOTrainer", "TRL GRPOTrainer (dr_grpo)"),
 )
 
