@@ -275,10 +275,11 @@ def test_identical_completions_are_evaluated_once_with_unchanged_log_probs_and_g
         prompts=prompts, completions=completions, scores=torch.zeros(G, K),
         mask=torch.ones(G, K, dtype=torch.bool), old_logp=torch.zeros(G, K), step_rewards=torch.zeros(G * K, T),
     )
-    prompt_index, rows, inverse = batch.distinct_completions
-    assert len(rows) <= 1 + 3 * (K - 2)  # group 0 has one distinct row, the others at most 4
-    assert torch.equal(rows[inverse], completions)
-    assert torch.equal(prompt_index[inverse], torch.arange(G).repeat_interleave(K))
+    distinct = batch.distinct_completions
+    assert len(distinct.rows) <= 1 + 3 * (K - 2)  # group 0 has one distinct row, the others at most 4
+    assert torch.equal(distinct.rows[distinct.inverse], completions)
+    row_prompts = distinct.prompts[distinct.prompt_index[distinct.inverse]]
+    assert torch.equal(row_prompts, prompts.repeat_interleave(K, 0))
     got = batch.token_log_probs(policy)
     table = policy.token_log_probs(prompts, completions, n_samples=K)
     expected = table.gather(-1, completions.unsqueeze(-1)).squeeze(-1)

@@ -297,6 +297,10 @@ class TransformerPolicy(CategoricalPolicy):
                 f"prompt_index needs one entry per completion row ({completions.shape[0]}); "
                 f"got shape {tuple(prompt_index.shape)}"
             )
+        elif completions.shape[0] <= G:
+            # No more rows than prompts: encoding the prompts apart saves nothing, so each
+            # row goes through whole in one pass (the same values).
+            return self.token_log_probs(prompts[prompt_index], completions)
         h_prompt, cache = self.net.hidden(prompts)
         first = gather_rows(self.net.head(h_prompt[:, -1]), prompt_index).unsqueeze(1)
         if T == 1:

@@ -15,14 +15,16 @@ groups), :class:`SequenceGroupBatch` (K completions per prompt of a token policy
 :class:`LMGroupBatch` (K sampled texts per prompt of a language model).
 
 Storing unique states once and indexing them keeps the policy forward pass at one row
-per state, however many candidates share it.
+per state, however many candidates share it. The token batches do the same for their
+rows: each distinct prompt is encoded once and each distinct (prompt, completion) pair is
+teacher-forced once, whatever the group size (:class:`DistinctRows`).
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
@@ -34,12 +36,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LOGP_REDUCTIONS",
+    "DistinctRows",
     "Groups",
     "GroupBatch",
     "LMGroupBatch",
     "SequenceGroupBatch",
     "TensorGroups",
     "TokenGroupBatch",
+    "distinct_rows",
 ]
 
 LOGP_REDUCTIONS = ("sum", "mean")
@@ -151,6 +155,44 @@ def _gather_candidates(table: torch.Tensor, candidates: torch.Tensor) -> torch.T
     return table.gather(-1, candidates)
 
 
+class DistinctRows(NamedTuple):
+    """The distinct prompts and distinct (prompt, completion) pairs of a token batch's rows.
+
+    A token policy's teacher-forced pass costs one prompt encoding per prompt and one pass
+    per row; with a small vocabulary prompts repeat across a batch (vocabulary 2, H = 7:
+    at most 128 distinct prompts in a batch of 800) and, once a policy is confident, so do
+    whole (prompt, completion) pairs. Sending each distinct prompt and each distinct pair
+    through the network once and scattering the result back with ``inverse`` gives every
+    row the log-probs of its own pass; the backward of that scatter sums the duplicates'
+    gradients into their shared row, which is the per-row gradient up to the order of the
+    float additions.
+    """
+
+    prompts: torch.Tensor
+    """``[P, H]`` the distinct prompts."""
+    prompt_index: torch.Tensor
+    """``[R]`` index into ``prompts`` of each distinct row's prompt."""
+    rows: torch.Tensor
+    """``[R, T]`` the distinct completions (one per distinct (prompt, completion) pair)."""
+    inverse: torch.Tensor
+    """``[N]`` index into ``rows`` of each of the batch's rows."""
+
+    def table(self, policy) -> torch.Tensor:
+        """``[R, T, V]`` teacher-forced log-probs of the distinct rows (with gradient)."""
+        return policy.token_log_probs(self.prompts, self.rows, prompt_index=self.prompt_index)
+
+
+def distinct_rows(prompts: torch.Tensor, completions: torch.Tensor, rows_per_prompt: int = 1) -> DistinctRows:
+    """The :class:`DistinctRows` of ``completions`` ``[N, T]`` whose row ``r`` continues
+    ``prompts[r // rows_per_prompt]`` (``prompts`` ``[N / rows_per_prompt, H]``)."""
+    unique_prompts, prompt_id = torch.unique(prompts, dim=0, return_inverse=True)
+    if rows_per_prompt > 1:
+        prompt_id = prompt_id.repeat_interleave(rows_per_prompt)
+    keyed = torch.cat([prompt_id.unsqueeze(1), completions], dim=1)
+    unique, inverse = torch.unique(keyed, dim=0, return_inverse=True)
+    return DistinctRows(unique_prompts, unique[:, 0], unique[:, 1:], inverse)
+
+
 class TensorGroups(Groups):
     """Base of the all-tensor batches (token, sequence and language-model dataclasses)."""
 
@@ -185,8 +227,16 @@ class TokenGroupBatch(TensorGroups):
         N, T = self.completions.shape
         return self.scores.view(N, T, -1)[..., 0].sum(1)
 
+    @functools.cached_property
+    def distinct_rows(self) -> DistinctRows:
+        """The distinct prompts and (prompt, followed sequence) pairs (see :class:`DistinctRows`)."""
+        return distinct_rows(self.prompts, self.completions)
+
     def log_probs(self, policy) -> torch.Tensor:
-        table = policy.token_log_probs(self.prompts, self.completions)
+        # Each distinct (prompt, behaviour sequence) is teacher-forced once; its rows of the
+        # [N, T, V] table are shared by its duplicates (see SequenceGroupBatch.token_log_probs).
+        distinct = self.distinct_rows
+        table = distinct.table(policy)[distinct.inverse]
         return _gather_candidates(table, self.candidates).reshape(self.n_groups, self.group_size)
 
 
@@ -219,31 +269,32 @@ class SequenceGroupBatch(TensorGroups):
     def token_log_probs(self, policy) -> torch.Tensor:
         """``[G * K, T]`` log-prob of each sampled token.
 
-        Identical completions of one prompt (common once a policy is confident) go
-        through the network once: their log-probs, and so their gradients, are the same.
+        Every distinct prompt of the batch is encoded once, and every distinct (prompt,
+        completion) pair goes through the network once (:attr:`distinct_completions`),
+        whatever the group size: identical rows, within a group or across groups and
+        single-sample rows alike (common with a small vocabulary and once a policy is
+        confident), get the same log-probs, and the backward of the scatter back to the rows
+        sums their gradients into the shared row. The values, and the gradient as a sum,
+        are the plain per-row pass's; only the order in which float gradient terms are added
+        differs, so fixed-seed runs agree with the per-row pass up to float rounding.
         """
+        return self._distinct_token_log_probs(policy)[self.distinct_completions.inverse]
+
+    def _distinct_token_log_probs(self, policy) -> torch.Tensor:
+        """``[R, T]`` token log-probs of the distinct rows."""
         distinct = self.distinct_completions
-        if distinct is None:  # one completion per prompt
-            table = policy.token_log_probs(self.prompts, self.completions)
-            return _gather_candidates(table, self.completions.unsqueeze(-1)).squeeze(-1)
-        prompt_index, rows, inverse = distinct
-        table = policy.token_log_probs(self.prompts, rows, prompt_index=prompt_index)
-        return _gather_candidates(table, rows.unsqueeze(-1)).squeeze(-1)[inverse]
+        return _gather_candidates(distinct.table(policy), distinct.rows.unsqueeze(-1)).squeeze(-1)
 
     @functools.cached_property
-    def distinct_completions(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-        """``(prompt_index, rows, inverse)`` of the distinct (prompt, completion) pairs, with
-        ``completions == rows[inverse]`` and row ``r`` continuing prompt ``prompt_index[r]``
-        (None for single-sample batches, whose rows are all distinct)."""
-        if self.group_size == 1:
-            return None
-        group = torch.arange(self.n_groups, device=self.completions.device).repeat_interleave(self.group_size)
-        keyed = torch.cat([group.unsqueeze(1), self.completions], dim=1)
-        unique, inverse = torch.unique(keyed, dim=0, return_inverse=True)
-        return unique[:, 0], unique[:, 1:], inverse
+    def distinct_completions(self) -> DistinctRows:
+        """The distinct prompts and (prompt, completion) pairs of the rows (see
+        :class:`DistinctRows`) ``d``: ``completions == d.rows[d.inverse]`` and row
+        ``g * K + k`` continues ``prompts[g] == d.prompts[d.prompt_index[d.inverse[g * K + k]]]``."""
+        return distinct_rows(self.prompts, self.completions, self.group_size)
 
     def log_probs(self, policy) -> torch.Tensor:
-        return self.token_log_probs(policy).sum(-1).view(self.n_groups, self.group_size)
+        seq = self._distinct_token_log_probs(policy).sum(-1)
+        return seq[self.distinct_completions.inverse].view(self.n_groups, self.group_size)
 
 
 @dataclass
