@@ -219,7 +219,8 @@ def _fmt(stats: dict | None) -> str:
     if not stats:
         return "not run"
     se = "" if math.isnan(stats["se"]) else f" +- {stats['se']:.1f}"
-    return f"{stats['mean']:.1f}{se} ({stats['seeds']} seeds)"
+    seeds = stats["seeds"]
+    return f"{stats['mean']:.1f}{se} ({seeds} seed{'s' if seeds != 1 else ''})"
 
 
 def _markdown(result: dict) -> str:
