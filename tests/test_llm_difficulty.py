@@ -144,3 +144,26 @@ def test_study_end_to_end_tunes_on_other_seeds_and_reports_every_level(tmp_path,
     # A second call reads every run and the start's spread from the cache: the same report.
     again = difficulty.main(argv)
     assert again["levels"] == result["levels"] and again["lrs"] == result["lrs"]
+
+
+def test_cached_only_reports_a_study_under_way(tmp_path, tiny_path, monkeypatch):
+    """A study whose tuning is partly cached: methods with the whole grid get their levels,
+    the others only their tuning rows; nothing is trained."""
+    from pathlib import Path
+
+    from zoo.paper.llm import difficulty, pretrain, study
+
+    monkeypatch.setattr(pretrain, "pretrained_lm", lambda task, **kw: Path(tiny_path))
+    (Path(tiny_path) / "sft_report.json").write_text(json.dumps(
+        {"parameters": 1, "steps": 0, "val_accuracy": 0.0, "config": {}}))
+    common = ["--levels", "3", "6", "--lrs", "1e-4", "--tune-seeds", "100", "--seeds", "0",
+              "--steps", "1", "--eval-every", "1", "--n-eval", "2", "--spread-prompts", "2",
+              "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache")]
+    difficulty.main([*common, "--methods", "tpo"])  # tpo: tuned and run at both levels
+    for name in ("run_ours", "run_trl"):
+        monkeypatch.setattr(study, name, lambda *a: pytest.fail("trained"))
+    monkeypatch.setattr(difficulty, "start_spread", lambda *a: pytest.fail("sampled"))
+    result = difficulty.main([*common, "--methods", "tpo", "grpo", "--cached-only"])
+    assert set(result["lrs"]) == {"tpo"} and set(result["tuning"]) == {"tpo"}
+    assert all(set(row["methods"]) == {"tpo"} for row in result["levels"].values())
+    assert "| 6 |" in (tmp_path / "out" / "llm-difficulty.md").read_text()

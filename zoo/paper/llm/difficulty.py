@@ -122,9 +122,14 @@ def _run(job: tuple[str, dict, int, str, str]) -> dict:
     return study.run_one(method, cfg, seed, Path(cache), Path(workdir))
 
 
-def run_all(jobs: list[tuple[str, dict, int]], cache_for, workdir: Path, workers: int, log) -> list[dict]:
+def run_all(jobs: list[tuple[str, dict, int]], cache_for, workdir: Path, workers: int, log,
+            cached_only: bool = False) -> list[dict]:
     """Every job, from the cache where it is there; ``workers`` processes (spawned, one
-    thread each) for the rest. Returns the runs in job order."""
+    thread each) for the rest. Returns the runs in job order (``cached_only``: only the
+    cached ones, nothing is run)."""
+    if cached_only:
+        jobs = [(m, c, s) for m, c, s in jobs
+                if study.cache_path(cache_for(c), m, c, s).exists()]
     todo = [(m, cfg, s, str(cache_for(cfg)), str(workdir)) for m, cfg, s in jobs]
     results: list[dict | None] = [None] * len(todo)
     if workers <= 1:
@@ -185,7 +190,8 @@ def report(result: dict) -> str:
             cells.append("-" if s is None else f"{s['final_mean']:.3f} +- {s['final_se']:.3f} ({len(s['seeds'])})")
         zs = statistics.fmean(x["zero_spread"] for x in spread) if spread else float("nan")
         az = statistics.fmean(x["all_zero"] for x in spread) if spread else float("nan")
-        lines.append(f"| {level} | {row['start_accuracy']:.3f} | {zs:.2f} (all-zero {az:.2f}) | "
+        start = "-" if row["start_accuracy"] is None else f"{row['start_accuracy']:.3f}"
+        lines.append(f"| {level} | {start} | {zs:.2f} (all-zero {az:.2f}) | "
                      + " | ".join(cells) + " |")
     lines += ["", "## Learning-rate choice (final accuracy on the tuning seeds)", "",
               "| method | " + " | ".join(f"lr {x:g}" for x in cfg["lrs"]) + " | chosen |",
@@ -222,7 +228,7 @@ def plot(result: dict, path: Path) -> None:
         xs, ys, es = [], [], []
         for level in levels:
             s = result["levels"][str(level)]["methods"].get(m)
-            if s:
+            if s and result["levels"][str(level)]["start_accuracy"] is not None:
                 xs.append(result["levels"][str(level)]["start_accuracy"])
                 ys.append(s["final_mean"])
                 es.append(0.0 if math.isnan(s["final_se"]) else s["final_se"])
@@ -230,7 +236,7 @@ def plot(result: dict, path: Path) -> None:
             line = ax.plot(xs, ys, marker="o", label=study.LABELS[m])[0]
             ax.fill_between(xs, [y - e for y, e in zip(ys, es)], [y + e for y, e in zip(ys, es)],
                             color=line.get_color(), alpha=0.2)
-    lim = max([0.05] + [result["levels"][str(lv)]["start_accuracy"] for lv in levels])
+    lim = max([0.05] + [result["levels"][str(lv)]["start_accuracy"] or 0.0 for lv in levels])
     ax.plot([0, lim], [0, lim], color="grey", lw=0.8, ls="--", label="no gain")
     ax.set_xscale("symlog", linthresh=0.01)
     ax.set_xlabel("start accuracy (greedy, held out)")
@@ -280,6 +286,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--spread-prompts", type=int, default=256,
                         help="prompts per seed for the start's zero-spread fraction")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--cached-only", action="store_true",
+                        help="report from the cache; runs not cached are left out")
     parser.add_argument("--out", type=Path, default=Path("results"))
     parser.add_argument("--cache", type=Path, default=None,
                         help="per-run cache root (default: OUT/cache; the committed records: data/cache)")
@@ -313,15 +321,21 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     tune_jobs = [(m, cfg(tune_level, lr), s) for m in args.methods for lr in args.lrs
                  for s in args.tune_seeds]
-    tuned = run_all(tune_jobs, cache_for, workdir, args.workers, log)
+    tuned = run_all(tune_jobs, cache_for, workdir, args.workers, log, args.cached_only)
     tuning: dict[str, dict[str, list[float]]] = {}
     for run in tuned:
         tuning.setdefault(run["method"], {}).setdefault(f"{run['lr']:g}", []).append(
             run["curve"][-1]["accuracy"])
-    lrs = {m: float(max(by_lr, key=lambda x: statistics.fmean(by_lr[x]))) for m, by_lr in tuning.items()}
+    # A method's rate is chosen once its whole grid has run (a --cached-only report of a
+    # study under way leaves the others out of the levels).
+    complete = {m for m, by_lr in tuning.items()
+                if sum(map(len, by_lr.values())) == len(args.lrs) * len(args.tune_seeds)}
+    lrs = {m: float(max(by_lr, key=lambda x: statistics.fmean(by_lr[x])))
+           for m, by_lr in tuning.items() if m in complete}
 
-    jobs = [(m, cfg(level, lrs[m]), s) for level in levels for m in args.methods for s in args.seeds]
-    runs = run_all(jobs, cache_for, workdir, args.workers, log)
+    jobs = [(m, cfg(level, lrs[m]), s) for level in levels for m in args.methods if m in lrs
+            for s in args.seeds]
+    runs = run_all(jobs, cache_for, workdir, args.workers, log, args.cached_only)
 
     spread_file = root / f"{DIAL}-start-spread.json"
     spreads = json.loads(spread_file.read_text()) if spread_file.exists() else {}
@@ -336,12 +350,15 @@ def main(argv: list[str] | None = None) -> dict:
         by_method = {}
         for m in args.methods:
             mine = [r for r in runs if r["method"] == m and r["config"]["task"] == level_name(level)]
+            if not mine:
+                continue
             by_method[m] = study.summarize(mine)
             by_method[m]["start_by_seed"] = {r["seed"]: r["curve"][0]["accuracy"] for r in mine}
             by_method[m]["final_by_seed"] = {r["seed"]: r["curve"][-1]["accuracy"] for r in mine}
-        start = runs[[i for i, (m, c, _) in enumerate(jobs) if c["task"] == level_name(level)][0]]
+        at_level = [r for r in runs + tuned if r["config"]["task"] == level_name(level)]
         per_level[str(level)] = {
-            "start_accuracy": start["curve"][0]["accuracy"],
+            # Greedy and the same start model for every run: any run's step-0 evaluation.
+            "start_accuracy": at_level[0]["curve"][0]["accuracy"] if at_level else None,
             "start_spread": [got[str(s)] for s in args.seeds],
             "methods": by_method,
         }
