@@ -147,8 +147,8 @@ def test_study_end_to_end_tunes_on_other_seeds_and_reports_every_level(tmp_path,
 
 
 def test_cached_only_reports_a_study_under_way(tmp_path, tiny_path, monkeypatch):
-    """A study whose tuning is partly cached: methods with the whole grid get their levels,
-    the others only their tuning rows; nothing is trained."""
+    """A study whose tuning is partly cached: a method with its whole grid gets its levels,
+    one with part of it only its tuning row; nothing is trained or sampled."""
     from pathlib import Path
 
     from zoo.paper.llm import difficulty, pretrain, study
@@ -156,14 +156,19 @@ def test_cached_only_reports_a_study_under_way(tmp_path, tiny_path, monkeypatch)
     monkeypatch.setattr(pretrain, "pretrained_lm", lambda task, **kw: Path(tiny_path))
     (Path(tiny_path) / "sft_report.json").write_text(json.dumps(
         {"parameters": 1, "steps": 0, "val_accuracy": 0.0, "config": {}}))
-    common = ["--levels", "3", "6", "--lrs", "1e-4", "--tune-seeds", "100", "--seeds", "0",
+    common = ["--levels", "3", "6", "--lrs", "1e-4", "3e-4", "--tune-seeds", "100", "--seeds", "0",
               "--steps", "1", "--eval-every", "1", "--n-eval", "2", "--spread-prompts", "2",
               "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache")]
     difficulty.main([*common, "--methods", "tpo"])  # tpo: tuned and run at both levels
+    # grpo: one of its two grid points cached (a study stopped during grpo's tuning).
+    shape = tmp_path / "cache" / "llm" / "reversal@6" / "steps1_b8_k8"
+    run = json.loads((shape / "tpo__lr0.0001__seed100.json").read_text())
+    (shape / "grpo__lr0.0001__seed100.json").write_text(json.dumps({**run, "method": "grpo"}))
     for name in ("run_ours", "run_trl"):
         monkeypatch.setattr(study, name, lambda *a: pytest.fail("trained"))
     monkeypatch.setattr(difficulty, "start_spread", lambda *a: pytest.fail("sampled"))
     result = difficulty.main([*common, "--methods", "tpo", "grpo", "--cached-only"])
-    assert set(result["lrs"]) == {"tpo"} and set(result["tuning"]) == {"tpo"}
+    assert set(result["lrs"]) == {"tpo"} and set(result["tuning"]) == {"tpo", "grpo"}
     assert all(set(row["methods"]) == {"tpo"} for row in result["levels"].values())
-    assert "| 6 |" in (tmp_path / "out" / "llm-difficulty.md").read_text()
+    md = (tmp_path / "out" / "llm-difficulty.md").read_text()
+    assert "| 6 |" in md and "- (grid not complete) |" in md

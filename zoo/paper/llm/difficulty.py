@@ -198,7 +198,8 @@ def report(result: dict) -> str:
               "|---|" + "---|" * (len(cfg["lrs"]) + 1)]
     for m, by_lr in result["tuning"].items():
         cells = [", ".join(f"{x:.3f}" for x in by_lr.get(f"{x:g}", [])) or "-" for x in cfg["lrs"]]
-        lines.append(f"| {study.LABELS[m]} | " + " | ".join(cells) + f" | {result['lrs'][m]:g} |")
+        chosen = f"{result['lrs'][m]:g}" if m in result["lrs"] else "- (grid not complete)"
+        lines.append(f"| {study.LABELS[m]} | " + " | ".join(cells) + f" | {chosen} |")
     lines += ["", "## Verdict per level", ""]
     lines += [f"- **length {lv}**: {text}" for lv, text in result["verdicts"].items()]
     lines += ["", f"Compute: {result['compute_seconds'] / 3600:.1f} CPU-hours over "
