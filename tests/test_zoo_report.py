@@ -232,8 +232,10 @@ def test_report_of_the_committed_results(tmp_path):
     for path in DOCS_RESULTS.glob("*.json"):
         assert f"[`{path.name}`]" in md, path.name
     assert md.index("## tabular-single") < md.index("## terminal") < md.index("## classic_control")
-    assert "| 1 | tpo |" in md  # the speed benchmark, tabulated from its JSON
-    assert "<details><summary>Config</summary>" in md.split("## speed")[1]
+    speed = md.split("## speed\n")[1].split("\n## ")[0]  # the speed benchmark, from its JSON
+    assert "| 1 | tpo (paper) |" in speed and "| 2 | ppo (ours) |" in speed
+    assert "<details><summary>Config</summary>" in speed
+    assert "The artifact's vmapped 20-seed runner, timed in this run: 1039.8 ms" in speed
     sweep = md.split("## speed-sweep")[1]  # per-substrate rows and the paper's runner timed beside ours
     assert "| 1 | tpo (paper) |" in sweep and "| 2 | tpo (ours) |" in sweep
     assert "The artifact's vmapped 20-seed runner, timed in this run: 852.6 ms" in sweep
