@@ -211,7 +211,7 @@ def level_verdict(methods: dict) -> str:
     parts = []
     for a, b, name_a, name_b in PAIRS:
         if a in methods and b in methods:
-            parts.append(study._pair_verdict(methods, a, b, name_a, name_b, "").lstrip(": "))
+            parts.append(study.pair_verdict(methods, a, b, name_a, name_b))
     return " ".join(parts) if parts else "not run yet"
 
 

@@ -352,14 +352,16 @@ def markdown(result: dict) -> str:
 def verdict(methods: dict) -> str:
     """Plain sentences: does TPO beat GRPO here (final accuracy and speed, ~2 s.e.), through
     our agents and, where both ran, through TRL (TargetPOTrainer vs GRPOTrainer's dapo)?"""
-    lines = [_pair_verdict(methods, "tpo", "grpo", "TPO", "GRPO", "Verdict")]
+    lines = [pair_verdict(methods, "tpo", "grpo", "TPO", "GRPO", "Verdict")]
     if "trl_targetpo" in methods and "trl_dapo" in methods:
-        lines.append(_pair_verdict(methods, "trl_targetpo", "trl_dapo", "TargetPOTrainer",
+        lines.append(pair_verdict(methods, "trl_targetpo", "trl_dapo", "TargetPOTrainer",
                                    "TRL's GRPOTrainer (dapo)", "Through TRL"))
     return " ".join(line for line in lines if line)
 
 
-def _pair_verdict(methods: dict, a: str, b: str, name_a: str, name_b: str, head: str) -> str:
+def pair_verdict(methods: dict, a: str, b: str, name_a: str, name_b: str, head: str = "") -> str:
+    """Plain words on method ``a`` against ``b`` (final accuracy within ~2 s.e., and speed),
+    prefixed by ``head: `` when given; "" when either did not run."""
     if a not in methods or b not in methods:
         return ""
     t, g = methods[a], methods[b]
@@ -369,7 +371,7 @@ def _pair_verdict(methods: dict, a: str, b: str, name_a: str, name_b: str, head:
         return f"{name_a} - {name_b} final accuracy: {diff:+.3f} (one seed: no standard error)."
     word = (f"{name_a} beats {name_b}" if diff > 2 * se else f"{name_b} beats {name_a}" if diff < -2 * se
             else f"{name_a} and {name_b} are not distinguishable")
-    line = (f"{head}: {word} here: final held-out accuracy {t['final_mean']:.3f} vs "
+    line = (f"{head + ': ' if head else ''}{word} here: final held-out accuracy {t['final_mean']:.3f} vs "
             f"{g['final_mean']:.3f} (difference {diff:+.3f}, s.e. {se:.3f}, "
             f"{len(t['seeds'])} and {len(g['seeds'])} seeds).")
     return line + _speed_verdict(t, g, name_a, name_b)
