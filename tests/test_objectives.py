@@ -123,6 +123,29 @@ def test_target_is_p_old_times_exp_u_over_eta():
     assert torch.allclose(q_free, torch.softmax(u / eta, -1))
 
 
+def test_the_floored_target_mixes_in_the_uniform_over_valid_candidates():
+    q = torch.tensor([[0.97, 0.02, 0.01, 0.0], [0.5, 0.5, 0.0, 0.0]])
+    mask = torch.tensor([[True, True, True, True], [True, True, True, False]])
+    floored = obj.floor_target(q, 0.1, mask=mask)
+    expected = torch.tensor([[0.898, 0.043, 0.034, 0.025], [0.45 + 0.1 / 3, 0.45 + 0.1 / 3, 0.1 / 3, 0.0]])
+    torch.testing.assert_close(floored, expected)
+    torch.testing.assert_close(floored.sum(-1), torch.ones(2))
+    assert (floored[mask] >= 0.1 / mask.sum(-1, keepdim=True).expand_as(q)[mask] - 1e-7).all()
+    assert obj.floor_target(q, 0.0) is q  # no floor: the paper's target, untouched
+    torch.testing.assert_close(obj.floor_target(q[:1], 1.0), torch.full((1, 4), 0.25))
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match=f"floor must be in \\[0, 1\\]; got {bad}"):
+            obj.floor_target(q, bad)
+
+
+def test_the_gradient_of_the_loss_on_a_floored_target_is_p_minus_the_floored_q():
+    logits = torch.randn(3, 4, requires_grad=True)
+    u = torch.randn(3, 4)
+    q = obj.floor_target(obj.tpo_target(logits.detach().log_softmax(-1), u), 0.2)
+    (grad,) = torch.autograd.grad(obj.tpo_loss(logits.log_softmax(-1), q), logits)
+    torch.testing.assert_close(grad, (logits.detach().softmax(-1) - q) / 3)  # mean over 3 groups
+
+
 def _objective(r, u, p_old, eta):
     r = np.clip(r, 1e-300, None)
     return float((r * u).sum() - eta * (r * (np.log(r) - np.log(p_old))).sum())

@@ -29,6 +29,7 @@ __all__ = [
     "standardize_scores",
     "zero_variance_groups",
     "tpo_target",
+    "floor_target",
     "tpo_loss",
     "group_pg_loss",
     "reinforce_loss",
@@ -241,6 +242,28 @@ def tpo_target(
         z = u.detach() / eta
     z = z.masked_fill(~mask, float("-inf"))
     return torch.softmax(z, dim=-1)
+
+
+def floor_target(q: torch.Tensor, floor: float, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``(1 - floor) q + floor / K_valid`` over each group: every valid candidate keeps at
+    least ``floor / K_valid`` of the target's mass, and masked ones stay at 0.
+
+    ``floor`` in ``[0, 1]``; 0 returns ``q`` itself. It is the projection of ``q`` onto the
+    targets whose probabilities are all at least ``floor / K_valid`` along the line to the
+    uniform distribution: a policy fitted to it keeps sampling every candidate (every
+    action, on critic groups), so a learned critic keeps seeing each and can correct its
+    errors about it (docs/algorithms.md 4.5).
+    """
+    floor = _as_float("floor", floor)
+    if not 0.0 <= floor <= 1.0:
+        raise ValueError(f"floor must be in [0, 1]; got {floor!r}")
+    _check_group("q", q)
+    _check_same_shape("q", q, mask=mask)
+    if floor == 0.0:
+        return q
+    valid = torch.ones_like(q, dtype=torch.bool) if mask is None else mask
+    uniform = valid.to(q.dtype) / valid.sum(-1, keepdim=True).clamp_min(1).to(q.dtype)
+    return (1.0 - floor) * q + floor * uniform
 
 
 def tpo_loss(

@@ -32,13 +32,51 @@ class TPO(GroupedAlgorithm):
     :param anchor: False gives TPO-no-anchor, ``q = softmax(u / eta)``. The anchor is to
         p_old, the rollout policy; language-model policies can add a KL to a frozen
         reference model with ``ref_kl_coef`` (:class:`~tpo_agents.base.GroupedAlgorithm`).
+    :param target_floor: in ``[0, 1]``; the target gives each of a group's K candidates at
+        least ``target_floor / K`` of its mass, ``q <- (1 - target_floor) q +
+        target_floor / K`` (:func:`~tpo_agents.objectives.floor_target`). None (default):
+        ``CRITIC_TARGET_FLOOR`` (0.1) on ``critic`` groups of a ``Discrete`` action space
+        (every action of a state, scored by a learned critic), 0 on every other group, where
+        the target is the paper's. On critic groups the policy keeps playing every action
+        at a rate of at least ``0.1 / n_actions``, so the critic keeps data on each and
+        corrects its errors about it; without the floor the policy fitted a young critic's
+        small, consistent errors until an action was never played again, and the error
+        that dropped it was never corrected (CartPole relapses, a non-slippery FrozenLake
+        seed that stopped on the start square; docs/algorithms.md 4.5). Evaluation with
+        ``deterministic=True`` takes each state's most likely action, which the floor does
+        not change.
     See :class:`~tpo_agents.base.GroupedAlgorithm` for the other parameters.
     """
 
-    def __init__(self, policy, env, *args: Any, eta: float = 1.0, anchor: bool = True, **kwargs: Any):
+    CRITIC_TARGET_FLOOR: float = 0.1
+    """``target_floor`` on ``critic`` groups of a ``Discrete`` action space when it is None."""
+
+    def __init__(
+        self,
+        policy,
+        env,
+        *args: Any,
+        eta: float = 1.0,
+        anchor: bool = True,
+        target_floor: float | None = None,
+        **kwargs: Any,
+    ):
         self.eta = real_number("eta", eta, above=0.0)
         self.anchor = bool(anchor)
+        if target_floor is not None:
+            target_floor = real_number("target_floor (or None)", target_floor, at_least=0.0)
+            if target_floor > 1.0:
+                raise ValueError(f"target_floor must be in [0, 1] (or None); got {target_floor!r}")
+        self.target_floor = target_floor
         super().__init__(policy, env, *args, **kwargs)
+
+    def resolved_target_floor(self, batch: GroupBatch) -> float:
+        """The floor applied to ``batch``'s targets (``target_floor``, or its default)."""
+        floor = getattr(self, "target_floor", None)  # a TPO saved before the floor existed: None
+        if floor is not None:
+            return floor
+        every_action_critic = self.resolve_group_mode() == "critic" and not batch.sampled
+        return self.CRITIC_TARGET_FLOOR if every_action_critic else 0.0
 
     def default_group_mode(self, hint: str | None, can_score: bool) -> str:
         if hint in ("all_actions", "branch", "sequence"):
@@ -62,6 +100,7 @@ class TPO(GroupedAlgorithm):
         else:
             u = obj.standardize_scores(batch.scores, mask=batch.mask)
         q = obj.tpo_target(batch.old_logp, u, eta=self.eta, anchor=self.anchor, mask=batch.mask)
+        q = obj.floor_target(q, self.resolved_target_floor(batch), mask=batch.mask)
         return {"u": u, "q": q, "zero_variance": obj.zero_variance_groups(batch.scores, mask=batch.mask)}
 
     def compute_loss(
