@@ -306,6 +306,26 @@ def test_a_branch_run_cached_before_interactions_were_counted_is_run_again(gd, t
     assert "env_steps_total" in json.loads(path.read_text())
 
 
+def test_a_tpo_run_made_under_other_defaults_is_run_again(gd, tiny, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    shutil.copytree(tiny[0], out)
+    path = out / "cache" / "gym_defaults" / "IdentityEnv-10__tpo__seed0.json"
+    record = json.loads(path.read_text())
+    run = next(r for r in gd.runner.plan_runs(["IdentityEnv-10"], ["tpo"], 1, 0.001, 0.5, 1) if r.seed == 0)
+    assert record["resolved"]["target_floor"] == 0.1 and gd.runner.made_with_current_defaults(run, record)
+    record["resolved"].pop("target_floor")  # as a run made before TPO floored its critic targets
+    path.write_text(json.dumps(record))
+    assert not gd.runner.made_with_current_defaults(run, record)
+    reported = gd.main(tiny_argv(out, "--cached-only"))
+    assert "IdentityEnv-10__tpo__seed0" in reported["missing"]
+    trained = []
+    real_run_one = gd.runner.run_one
+    monkeypatch.setattr(gd.runner, "run_one", lambda run, progress=None: trained.append(run.name) or real_run_one(run, progress))
+    again = gd.main(tiny_argv(out))
+    assert trained == ["IdentityEnv-10__tpo__seed0"] and again["missing"] == []
+    assert json.loads(path.read_text())["resolved"]["target_floor"] == 0.1
+
+
 def test_zoo_budget_gives_rl_zoo3_n_timesteps_where_it_tuned_ppo_for_longer(gd, tmp_path):
     assert {e: gd.runner.env_budget(e, "zoo") for e in gd.config.ENVS} == {
         **{e: b.timesteps for e, b in gd.config.ENVS.items()},

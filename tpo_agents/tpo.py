@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from gymnasium import spaces
 
 from tpo_agents import objectives as obj
 from tpo_agents.base import GroupedAlgorithm
@@ -70,12 +71,14 @@ class TPO(GroupedAlgorithm):
         self.target_floor = target_floor
         super().__init__(policy, env, *args, **kwargs)
 
-    def resolved_target_floor(self, batch: GroupBatch) -> float:
-        """The floor applied to ``batch``'s targets (``target_floor``, or its default)."""
+    def resolved_target_floor(self, batch: GroupBatch | None = None) -> float:
+        """The floor applied to ``batch``'s targets (``target_floor``, or its default; without a
+        batch, to the groups this agent's mode and action space make)."""
         floor = getattr(self, "target_floor", None)  # a TPO saved before the floor existed: None
         if floor is not None:
             return floor
-        every_action_critic = self.resolve_group_mode() == "critic" and not batch.sampled
+        sampled = batch.sampled if batch is not None else not isinstance(self.action_space, spaces.Discrete)
+        every_action_critic = self.resolve_group_mode() == "critic" and not sampled
         return self.CRITIC_TARGET_FLOOR if every_action_critic else 0.0
 
     def default_group_mode(self, hint: str | None, can_score: bool) -> str:

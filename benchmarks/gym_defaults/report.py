@@ -180,7 +180,8 @@ def markdown(result: dict) -> str:
     if result["missing"]:
         lines += ["", f"## Not in the cache ({len(result['missing'])} runs)", "",
                   "(Runs cached before every env interaction was counted, `branch` runs whose budget "
-                  "left out the steps of state copies, are listed here too: a rerun trains them again.)", ""]
+                  "left out the steps of state copies, and TPO or GRPO runs made under defaults that "
+                  "have changed since are listed here too: a rerun trains them again.)", ""]
         lines += [f"- {name}" for name in result["missing"]]
     where = " (report from the cache only)" if cfg["cached_only"] else ""
     lines.append(

@@ -107,7 +107,33 @@ def resolved_settings(model) -> dict[str, Any]:
     settings.update(n_envs=int(model.n_envs), policy=type(model.policy).__name__)
     if grouped:
         settings["group_mode"] = model.resolve_group_mode()
+    if hasattr(model, "resolved_target_floor"):  # TPO
+        settings["target_floor"] = model.resolved_target_floor()
     return settings
+
+
+_CURRENT_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def current_defaults(run: Run) -> dict[str, Any]:
+    """What TPO's or GRPO's defaults resolve to today on ``run``'s env
+    (:func:`resolved_settings` of a freshly built agent; once per env and method)."""
+    key = (run.env, run.method)
+    if key not in _CURRENT_DEFAULTS:
+        model, eval_env = build_agent(run)
+        _CURRENT_DEFAULTS[key] = _jsonable(resolved_settings(model))
+        model.env.close()
+        eval_env.close()
+    return _CURRENT_DEFAULTS[key]
+
+
+def made_with_current_defaults(run: Run, record: dict) -> bool:
+    """False for a TPO or GRPO record whose agent resolved its defaults otherwise than
+    today's code does (a default changed since it ran, as the target floor on critic groups
+    did): the row is about the defaults, so it is run again. PPO-zoo records keep."""
+    if run.method not in ("tpo", "grpo"):
+        return True
+    return record.get("resolved") == current_defaults(run)
 
 
 def run_one(run: Run, progress: Any = None) -> dict[str, Any]:
@@ -150,7 +176,8 @@ def counts_every_interaction(record: dict) -> bool:
 def read_cache(runs: list[Run], cache: Path) -> dict[str, dict]:
     """The cached records of ``runs`` (finished or failed) under the cache root ``cache``,
     by run name; records that do not count every env interaction
-    (:func:`counts_every_interaction`) are left out, as if not cached.
+    (:func:`counts_every_interaction`) or were made under other defaults
+    (:func:`made_with_current_defaults`) are left out, as if not cached.
 
     Raises :class:`CacheConfigError` naming the files whose config differs from the
     run's (a changed budget, eval setting or hyperparameter is never mixed in). A file
@@ -171,7 +198,7 @@ def read_cache(runs: list[Run], cache: Path) -> dict[str, dict]:
             keys = sorted(k for k in set(want) | set(have) if have.get(k) != want.get(k))
             differing.append(f"{path} (differs in {', '.join(keys)})")
             continue
-        if counts_every_interaction(record):
+        if counts_every_interaction(record) and ("failed" in record or made_with_current_defaults(run, record)):
             found[run.name] = record
     if differing:
         raise CacheConfigError(
