@@ -68,7 +68,7 @@ ENVS: dict[str, BenchEnv] = {
         functools.partial(gym_make, "MountainCar-v0"), 200_000, -110.0, "MountainCar-v0"
     ),
     "LunarLander-v3": BenchEnv(
-        functools.partial(gym_make, "LunarLander-v3"), 300_000, 200.0, "LunarLander-v3", requires="Box2D"
+        functools.partial(gym_make, "LunarLander-v3"), 300_000, 200.0, "LunarLander-v3", requires="gymnasium.envs.box2d"
     ),
     "FrozenLake-v1-nonslippery": BenchEnv(
         functools.partial(gym_make, "FrozenLake-v1", is_slippery=False), 30_000, 1.0, None,
