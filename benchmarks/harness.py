@@ -262,6 +262,9 @@ def summarize_method(steps: list[int], runs: list[dict], seeds: list[int], thres
         "last_evals": n_last,
         "last_evals_mean_return": float(last.mean()),
         "last_evals_se": float(standard_error(last)[0]),
+        "last_evals_per_seed": last[:, 0].tolist(),
+        # The least stable seed: a relapse late in a run shows here even when the mean hides it.
+        "worst_seed_last_evals": float(last.min()),
         "best_mean_return": float(mean.max()),
         "steps_to_threshold": first_step_at_least(mean, steps, threshold),
         "steps_to_threshold_per_seed": [first_step_at_least(r, steps, threshold) for r in returns],

@@ -112,7 +112,7 @@ def test_tiny_run_writes_json_png_md_and_the_cache(gd, tiny):
     for env_name in ENVS:
         rows = [line for line in md.splitlines() if line.startswith(f"| {env_name} |")]
         assert len(rows) == 3, env_name
-        assert all(row.count("|") == 12 for row in rows)  # 11 columns
+        assert all(row.count("|") == 13 for row in rows)  # 12 columns
     assert "matches PPO-zoo |" in md
     assert re.search(rf"TPO with defaults matches PPO-zoo on {tpo['matches']} of 2 envs", md)
     assert "IdentityEnv-10: ppo_zoo: no rl-zoo3 entry, SB3 defaults" in md
@@ -343,3 +343,16 @@ def test_zoo_budget_gives_rl_zoo3_n_timesteps_where_it_tuned_ppo_for_longer(gd, 
     assert result["config"]["budget"] == "zoo"
     assert (tmp_path / "gym_defaults-zoo-budget.md").exists() and not (tmp_path / "gym_defaults.md").exists()
     assert "rl-zoo3's own `n_timesteps`" in (tmp_path / "gym_defaults-zoo-budget.md").read_text()
+
+
+def test_the_table_names_the_worst_seed_by_the_mean_of_its_last_evaluations(gd):
+    from benchmarks.harness import summarize_method
+
+    steps = [10 * i for i in range(1, 8)]
+    runs = [{"returns": [0, 0, 500, 500, 500, 500, 500], "seconds": 1.0, "num_timesteps": 70},
+            {"returns": [0, 500, 500, 500, 140, 150, 160], "seconds": 1.0, "num_timesteps": 70}]  # a relapse
+    m = summarize_method(steps, runs, [3, 4], 475.0, {})
+    assert m["last_evals_per_seed"] == [500.0, 290.0] and m["worst_seed_last_evals"] == 290.0
+    assert gd.report._worst_seed(m) == "290.00 (seed 4)"
+    legacy = {k: v for k, v in m.items() if k != "last_evals_per_seed"}  # a record from before
+    assert gd.report._worst_seed(legacy) == "290.00 (seed 4)"
