@@ -163,9 +163,9 @@ def test_critic_learning_starts_holds_the_policy_until_the_critic_has_trained():
 
 @pytest.mark.slow
 def test_a_critic_warm_up_lets_tpo_solve_frozen_lake():
-    # Without it the policy settles on the start corner before the critic can tell the
-    # actions apart (0.0); with 20k transitions of warm-up it reaches the goal (measured: 1.0
-    # from 30k steps on, seeds 0 and 1).
+    # Without it (and before the target floor) the policy settled on the start corner before
+    # the critic could tell the actions apart (0.0); with 20k transitions of warm-up it reaches
+    # the goal (measured: 1.0 from 30k steps on, seeds 0 and 1).
     env = gym.make("FrozenLake-v1", is_slippery=False)
     model = TPO("MlpPolicy", env, seed=0, critic_kwargs={"learning_starts": 20_000}).learn(30_000)
     mean_return, _ = evaluate_policy(model, gym.make("FrozenLake-v1", is_slippery=False), n_eval_episodes=5, warn=False)
