@@ -406,7 +406,7 @@ def _per_critic_update(critic: QCritic, policy) -> None:
     critic._pending = 0
     for _ in range(steps):
         i = critic.rng.integers(0, critic._n, size=critic.batch_size)
-        q, y = critic._q_and_target(i, *critic._next_policy(i, policy))
+        q, y = critic._q_and_target(i, policy)
         loss = nn.functional.smooth_l1_loss(q, y) * critic.n_critics
         critic.optimizer.zero_grad()
         loss.backward()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -246,9 +246,6 @@ class QCritic:
         a corner it never leaves (non-slippery FrozenLake needs about 20,000).
     """
 
-    POLICY_ROWS: ClassVar[int] = 8192
-    """Replay rows whose next-state policy probabilities one forward computes in :meth:`update`."""
-
     def __init__(
         self,
         observation_space: spaces.Space,
@@ -429,26 +426,15 @@ class QCritic:
         return take_obs(pool, self.rng.choice(obs_len(pool), size=n, replace=True, p=weight / weight.sum()))
 
     # ---------------------------------------------------------------- learning
-    def _steps_per_policy_forward(self) -> int:
-        """Critic steps whose next-state policy one forward computes (:meth:`_next_policy`)."""
-        return max(1, self.POLICY_ROWS // self.batch_size)
-
-    def _next_policy(self, rows: np.ndarray, policy) -> tuple[Any, torch.Tensor]:
-        """The next observations of the replay ``rows`` and ``pi(. | s')`` there, ``[len(rows),
-        n_actions]``: one policy forward for many critic steps (the policy does not change
-        within :meth:`update`)."""
-        next_obs = take_obs(self._data["next_obs"], rows)
-        with torch.no_grad():
-            obs2, _ = policy.obs_to_tensor(next_obs)
-            return next_obs, policy.action_log_probs(obs2).exp().to(self.device)
-
-    def _q_and_target(self, i: np.ndarray, next_obs: Any, pi2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """For the replay rows ``i`` (``next_obs`` and ``pi2``: their next observations and the
-        policy there, from :meth:`_next_policy`): Q of the taken actions (with grad) and the expected-SARSA target
-        ``r + gamma (1 - done) sum_a pi(a|s') Q_target(s', a)``, each ``[n_critics, batch]``."""
+    def _q_and_target(self, i: np.ndarray, policy) -> tuple[torch.Tensor, torch.Tensor]:
+        """For the replay rows ``i``: Q of the taken actions (with grad) and the expected-SARSA
+        target ``r + gamma (1 - done) sum_a pi(a|s') Q_target(s', a)``, each ``[n_critics, batch]``."""
         d = self._data
+        next_obs = take_obs(d["next_obs"], i)  # gathered once, for the critic and the policy
         s, s2 = self._features(take_obs(d["obs"], i)), self._features(next_obs, target=True)
         with torch.no_grad():
+            obs2, _ = policy.obs_to_tensor(next_obs)
+            pi2 = policy.action_log_probs(obs2).exp().to(self.device)
             v2 = (pi2 * self.q_target(s2)).sum(-1)  # [n_critics, batch]
             y = self._td_target(i, v2)
         a = torch.as_tensor(d["actions"][i], device=self.device)
@@ -470,15 +456,9 @@ class QCritic:
         online = [*self.q.parameters(), *self._extractor_parameters()]
         target = [*self.q_target.parameters(), *self._extractor_parameters(target=True)]
         losses = []
-        # Every step's rows drawn at once (the same stream as one draw per step) and the
-        # policy's next-state probabilities for up to POLICY_ROWS of them per forward.
-        rows = self.rng.integers(0, self._n, size=(steps, self.batch_size))
-        per_forward = self._steps_per_policy_forward()
-        for step in range(steps):
-            if step % per_forward == 0:
-                next_obs, next_policy = self._next_policy(rows[step : step + per_forward].reshape(-1), policy)
-            at = slice((step % per_forward) * self.batch_size, (step % per_forward + 1) * self.batch_size)
-            q, y = self._q_and_target(rows[step], take_obs(next_obs, at), next_policy[at])
+        for _ in range(steps):
+            i = self.rng.integers(0, self._n, size=self.batch_size)
+            q, y = self._q_and_target(i, policy)
             loss = nn.functional.smooth_l1_loss(q, y) * self.n_critics
             for p in online:  # optimizer.zero_grad(), without its per-call torch.compile guard
                 p.grad = None

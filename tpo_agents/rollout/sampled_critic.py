@@ -142,23 +142,15 @@ class SampledActionCritic(QCritic):
         super().add(obs, np.zeros(n, dtype=np.int64), rewards, next_obs, terminated)
 
     # ---------------------------------------------------------------- learning
-    def _steps_per_policy_forward(self) -> int:
-        return 1  # next actions are sampled step by step, in the order the torch stream had
-
-    def _next_policy(self, rows: np.ndarray, policy) -> tuple[Any, torch.Tensor]:
-        """The next observations of ``rows`` and ``n_target_actions`` actions the policy
-        samples at each, ``[len(rows), n_target_actions, d]``."""
-        next_obs = take_obs(self._data["next_obs"], rows)
-        with torch.no_grad():
-            obs2, _ = policy.obs_to_tensor(next_obs)
-            return next_obs, policy.sample_actions(obs2, self.n_target_actions)
-
-    def _q_and_target(self, i: np.ndarray, next_obs: Any, a2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """As :meth:`QCritic._q_and_target`, the next state's value averaged over the
-        ``n_target_actions`` actions ``a2`` sampled there (the actions cannot be summed over)."""
+    def _q_and_target(self, i: np.ndarray, policy) -> tuple[torch.Tensor, torch.Tensor]:
+        """As :meth:`QCritic._q_and_target`, the next state's value averaged over
+        ``n_target_actions`` actions sampled from the policy (the actions cannot be summed over)."""
         d = self._data
+        next_obs = take_obs(d["next_obs"], i)
         s, s2 = self._features(take_obs(d["obs"], i)), self._features(next_obs, target=True)
         with torch.no_grad():
+            obs2, _ = policy.obs_to_tensor(next_obs)
+            a2 = policy.sample_actions(obs2, self.n_target_actions)
             y = self._td_target(i, self.q_values(self.q_target, s2, a2).mean(-1))
         a = torch.as_tensor(self._actions[i], device=self.device)[:, None]
         return self.q_values(self.q, s, a)[..., 0], y
