@@ -220,6 +220,7 @@ def plot(result: dict, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
     cfg = result["config"]
     levels = cfg["levels"]
@@ -238,7 +239,8 @@ def plot(result: dict, path: Path) -> None:
             ax.fill_between(xs, [y - e for y, e in zip(ys, es)], [y + e for y, e in zip(ys, es)],
                             color=line.get_color(), alpha=0.2)
     lim = max([0.05] + [result["levels"][str(lv)]["start_accuracy"] or 0.0 for lv in levels])
-    ax.plot([0, lim], [0, lim], color="grey", lw=0.8, ls="--", label="no gain")
+    diagonal = np.linspace(0.0, lim, 200)  # dense: on the symlog axis y = x is a curve
+    ax.plot(diagonal, diagonal, color="grey", lw=0.8, ls="--", label="no gain (final = start)")
     ax.set_xscale("symlog", linthresh=0.01)
     ax.set_xlabel("start accuracy (greedy, held out)")
     ax.set_ylabel(f"final accuracy after {cfg['steps']} steps")
