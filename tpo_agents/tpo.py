@@ -77,9 +77,10 @@ class TPO(GroupedAlgorithm):
         floor = getattr(self, "target_floor", None)  # a TPO saved before the floor existed: None
         if floor is not None:
             return floor
+        if self.resolve_group_mode() != "critic":
+            return 0.0
         sampled = batch.sampled if batch is not None else not isinstance(self.action_space, spaces.Discrete)
-        every_action_critic = self.resolve_group_mode() == "critic" and not sampled
-        return self.CRITIC_TARGET_FLOOR if every_action_critic else 0.0
+        return 0.0 if sampled else self.CRITIC_TARGET_FLOOR
 
     def default_group_mode(self, hint: str | None, can_score: bool) -> str:
         if hint in ("all_actions", "branch", "sequence"):
