@@ -248,11 +248,10 @@ def floor_target(q: torch.Tensor, floor: float, mask: torch.Tensor | None = None
     """``(1 - floor) q + floor / K_valid`` over each group: every valid candidate keeps at
     least ``floor / K_valid`` of the target's mass, and masked ones stay at 0.
 
-    ``floor`` in ``[0, 1]``; 0 returns ``q`` itself. It is the projection of ``q`` onto the
-    targets whose probabilities are all at least ``floor / K_valid`` along the line to the
-    uniform distribution: a policy fitted to it keeps sampling every candidate (every
-    action, on critic groups), so a learned critic keeps seeing each and can correct its
-    errors about it (docs/algorithms.md 4.5).
+    ``floor`` in ``[0, 1]``; 0 returns ``q`` itself. A mixture of ``q`` with the uniform
+    distribution over the valid candidates, so the argmax is ``q``'s: a policy fitted to it
+    keeps sampling every candidate (every action, on critic groups), so a learned critic
+    keeps seeing each and can correct its errors about it (docs/algorithms.md 4.5).
     """
     floor = _as_float("floor", floor)
     if not 0.0 <= floor <= 1.0:

@@ -39,7 +39,7 @@ class TPO(GroupedAlgorithm):
         ``CRITIC_TARGET_FLOOR`` (0.1) on ``critic`` groups of a ``Discrete`` action space
         (every action of a state, scored by a learned critic), 0 on every other group, where
         the target is the paper's. On critic groups the policy keeps playing every action
-        at a rate of at least ``0.1 / n_actions``, so the critic keeps data on each and
+        at a rate of about ``0.1 / n_actions`` or more, so the critic keeps data on each and
         corrects its errors about it; without the floor the policy fitted a young critic's
         small, consistent errors until an action was never played again, and the error
         that dropped it was never corrected (CartPole relapses, a non-slippery FrozenLake
