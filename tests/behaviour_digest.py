@@ -68,7 +68,7 @@ def agents() -> dict[str, str]:
     model = TPO("MlpPolicy", "CartPole-v1", seed=0)
     model.learn(600)
     out["TPO-cartpole-critic"] = params_digest(model)
-    model = TPO("MlpPolicy", "Pendulum-v1", seed=0, batch_size=8)
+    model = TPO("MlpPolicy", "Pendulum-v1", seed=0, batch_size=8, group_mode="branch")
     model.learn(200)
     out["TPO-pendulum-branch"] = params_digest(model)
     out.update(causal_lm())

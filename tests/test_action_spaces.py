@@ -129,6 +129,33 @@ def test_every_mlp_policy_reads_sb3_net_arch_forms_and_saves_its_constructor(cls
     assert rebuilt.net_arch == [16, 8] and type(rebuilt.optimizer) is type(policy.optimizer)
 
 
+def test_the_gaussian_mean_stays_inside_finite_bounds_and_passes_through_unbounded_dims():
+    """The mean is center + half_width * tanh on dims with finite bounds, so it cannot walk
+    past a bound where every sample would clip to one action; unbounded dims and
+    squash_mean=False keep SB3's linear mean."""
+    obs_space = spaces.Box(-1, 1, (3,))
+    box = spaces.Box(np.array([-2.0, 0.0, -np.inf], np.float32), np.array([2.0, 10.0, np.inf], np.float32))
+    policy = GaussianMlpPolicy(obs_space, box, lambda _: 1e-3)
+    last = policy.mean_net[-1]  # the output layer
+    with torch.no_grad():
+        for p in policy.mean_net.parameters():
+            p.zero_()
+        last.bias.copy_(torch.tensor([50.0, -50.0, 50.0]))
+    obs = torch.zeros(4, 3)
+    mean = policy.distribution(obs).mean
+    assert torch.allclose(mean[0], torch.tensor([2.0, 0.0, 50.0]))
+    with torch.no_grad():
+        last.bias.zero_()
+    assert torch.allclose(policy.distribution(obs).mean[0], torch.tensor([0.0, 5.0, 0.0]))  # the centers
+    linear = GaussianMlpPolicy(obs_space, box, lambda _: 1e-3, squash_mean=False)
+    linear.load_state_dict(policy.state_dict())  # the bounds are not weights: the same keys
+    with torch.no_grad():
+        linear.mean_net[-1].bias.fill_(50.0)
+    assert linear.distribution(obs).mean[0].tolist() == [50.0, 50.0, 50.0]
+    assert GaussianMlpPolicy(**linear._get_constructor_parameters()).squash_mean is False
+
+
+
 def test_the_critic_reads_actions_one_hot_per_dimension_as_bits_or_rescaled():
     md = ActionEncoder(spaces.MultiDiscrete([3, 2]))
     assert md(torch.tensor([[2, 1]])).tolist() == [[0, 0, 1, 0, 1]]
@@ -162,7 +189,7 @@ def test_agents_train_predict_and_round_trip_on_each_action_space(algo_name, cas
     try:
         model = algo("MlpPolicy", env, seed=0, batch_size=4, critic_kwargs=SMALL_CRITIC)
         grouped = algo in (TPO, GRPO)
-        expected = ("branch" if case == "box-2x2" else "critic") if grouped else "single"
+        expected = "critic" if grouped else "single"
         assert model.resolve_group_mode() == expected
         model.learn(48)
         assert model.num_timesteps >= 48 and model.last_batch is not None
@@ -211,15 +238,20 @@ def test_a_loaded_agent_keeps_its_critic_and_continues(tmp_path):
     assert loaded.critic.n_seen > model.critic.n_seen and loaded.last_batch.sampled
 
 
-def test_auto_branches_box_actions_where_the_state_can_be_copied_and_uses_the_critic_elsewhere(capsys):
-    assert TPO("MlpPolicy", "Pendulum-v1").resolve_group_mode() == "branch"  # unchanged
-    assert TPO("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=2)).resolve_group_mode() == "branch"
-    norm = _pendulum("vecnormalize")
-    assert TPO("MlpPolicy", norm, verbose=1).resolve_group_mode() == "critic"
+def test_auto_scores_sampled_box_actions_with_a_critic_and_branches_only_on_request_or_hint(capsys):
+    """Branch groups pay env transitions for every lookahead, so auto never picks them for
+    Box actions unless the env's metadata asks; the critic needs no state copy."""
+    assert TPO("MlpPolicy", "Pendulum-v1", verbose=1).resolve_group_mode() == "critic"
+    assert TPO("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=2)).resolve_group_mode() == "critic"
+    assert TPO("MlpPolicy", _pendulum("vecnormalize")).resolve_group_mode() == "critic"
     assert GRPO("MlpPolicy", _identity("multibinary")).resolve_group_mode() == "critic"
+    assert TPO("MlpPolicy", "Pendulum-v1", group_mode="branch").resolve_group_mode() == "branch"
+    hinted = gym.make("Pendulum-v1")
+    hinted.metadata = {**hinted.metadata, "tpo_group_mode": "branch"}
+    assert TPO("MlpPolicy", hinted).resolve_group_mode() == "branch"
     out = capsys.readouterr().out
-    assert ("TPO: group_mode='auto' chose 'critic' on Pendulum-v1: the env's state cannot be copied for branch "
-            "groups here, so K actions sampled per state are scored by a learned critic Q(s, a)") in out
+    assert ("TPO: group_mode='auto' chose 'critic' on Pendulum-v1: K actions sampled per state are scored "
+            "by a learned critic Q(s, a) of the action") in out
 
 
 def test_branch_under_vecnormalize_advises_critic_groups_which_work():

@@ -340,11 +340,11 @@ def test_nan_reward_names_the_step():
         model.learn(100)
 
 
-def test_box_actions_take_the_gaussian_policy_and_branch_groups_by_default():
+def test_box_actions_take_the_gaussian_policy_and_critic_groups_by_default():
     model = TPO("MlpPolicy", "Pendulum-v1")
-    assert type(model.policy).__name__ == "GaussianMlpPolicy" and model.resolve_group_mode() == "branch"
-    # critic groups of K sampled actions take Box actions too (tests/test_action_spaces.py)
-    assert GRPO("MlpPolicy", "Pendulum-v1", group_mode="critic").resolve_group_mode() == "critic"
+    assert type(model.policy).__name__ == "GaussianMlpPolicy" and model.resolve_group_mode() == "critic"
+    # branch groups take Box actions on request (tests/test_branching.py)
+    assert GRPO("MlpPolicy", "Pendulum-v1", group_mode="branch").resolve_group_mode() == "branch"
     with pytest.raises(ValueError, match=r"group_mode='all_actions' enumerates or scores Discrete actions"):
         GRPO("MlpPolicy", "Pendulum-v1", group_mode="all_actions")
 

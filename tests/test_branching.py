@@ -193,7 +193,7 @@ def test_the_gaussian_policy_samples_scores_and_clips_like_a_diagonal_normal():
     assert actions.shape == (4, 5, 2)
     rows = torch.tensor([0, 3, 3])
     picked = torch.randn(3, 2)
-    mean = policy.mean_net(obs)[rows]
+    mean = torch.tanh(policy.mean_net(obs))[rows]  # the mean kept inside the bounds [-1, 1]
     std = torch.exp(torch.tensor(-0.5))
     by_hand = (-((picked - mean) ** 2) / (2 * std**2) - torch.log(std) - 0.5 * np.log(2 * np.pi)).sum(-1)
     torch.testing.assert_close(policy.step_log_probs(obs, rows, picked), by_hand)
@@ -203,7 +203,7 @@ def test_the_gaussian_policy_samples_scores_and_clips_like_a_diagonal_normal():
 
 
 def test_tpo_learns_box_actions_from_branch_groups_and_saves(tmp_path):
-    model = TPO("MlpPolicy", Reach(), seed=0, batch_size=32, branch_kwargs={"horizon": 1})
+    model = TPO("MlpPolicy", Reach(), seed=0, batch_size=32, group_mode="branch", branch_kwargs={"horizon": 1})
     assert type(model.policy).__name__ == "GaussianMlpPolicy" and model.resolve_group_mode() == "branch"
     obs = np.linspace(-1, 1, 9, dtype=np.float32)[:, None]
     before = np.abs(model.predict(obs, deterministic=True)[0] - obs).mean()
@@ -241,6 +241,6 @@ def test_verbose_agents_say_which_group_mode_auto_chose_and_why(capsys):
     TPO("MlpPolicy", "CartPole-v1")  # verbose=0: silent
     out = capsys.readouterr().out
     assert "TPO: group_mode='auto' chose 'critic' on CartPole-v1: the env neither scores candidates" in out
-    assert "TPO: group_mode='auto' chose 'branch' on Pendulum-v1: Box actions" in out
+    assert "TPO: group_mode='auto' chose 'critic' on Pendulum-v1: K actions sampled per state are scored" in out
     assert "GRPO: group_mode='branch' as given, on CartPole-v1" in out
     assert out.count("group_mode=") == 3

@@ -457,13 +457,13 @@ class GroupedAlgorithm(BaseAlgorithm):
             return self.group_mode
         mode = self.default_group_mode(facts.hint, facts.can_score)
         if not isinstance(facts.action_space, spaces.Discrete) and mode != "single":
-            # Actions that cannot be enumerated: K sampled actions per state. Box actions are
-            # played from copies of the state where they can be made, else (SubprocVecEnv,
-            # VecNormalize, frame stacking, native vector envs) scored by a learned Q(s, a), as
-            # MultiDiscrete and MultiBinary ones are unless the env hints branch or sequence.
-            if isinstance(facts.action_space, spaces.Box):
-                mode = "branch" if facts.branchable else "critic"
-            elif mode in ("all_actions", "per_state") or (mode == "branch" and not facts.branchable):
+            # Actions that cannot be enumerated (Box, MultiDiscrete, MultiBinary): K actions
+            # sampled per state, scored by a learned Q(s, a) unless the env hints branch (and
+            # its state can be copied) or sequence. Not branch by default: each of its K
+            # lookaheads costs env transitions that a user who pays per interaction pays
+            # for (125 per followed step on Pendulum), so at an equal count of every
+            # interaction it learns from a hundredth of the states (docs/algorithms.md 4.6).
+            if mode in ("all_actions", "per_state") or (mode == "branch" and not facts.branchable):
                 mode = "critic"
         self._mode_reason = f"group_mode='auto' chose {mode!r} on {facts.name}: {_why(mode, facts)}"
         return mode
@@ -853,10 +853,7 @@ def _why(mode: str, facts: EnvFacts) -> str:
     if mode == "branch":
         return "Box actions: K sampled actions per state, each played from a copy of the state"
     if mode == "critic" and not isinstance(facts.action_space, spaces.Discrete):
-        no_copy = "" if facts.branchable or not isinstance(facts.action_space, spaces.Box) else (
-            "the env's state cannot be copied for branch groups here, so "
-        )
-        return f"{no_copy}K actions sampled per state are scored by a learned critic Q(s, a) of the action"
+        return "K actions sampled per state are scored by a learned critic Q(s, a) of the action"
     if mode == "critic":
         return "the env neither scores candidates nor hints a group mode: every action is scored by a learned critic"
     if mode == "single":
