@@ -243,10 +243,10 @@ def test_interaction_matching_gives_single_sample_methods_batch_bk(tmp_path, mon
         "1",
     )
     assert calls == ["dg__H3-paper-im__seed0"]
-    assert result["experiment"] == "terminal-interactions-paper"
+    assert result["experiment"] == "terminal-interaction-paper"
     assert result["methods"]["dg"]["H=3"]["agent"]["batch_size"] == 800
     assert result["methods"]["tpo"]["H=3"]["agent"]["batch_size"] == 100
-    assert (tmp_path / "terminal-interactions-paper.md").exists()
+    assert (tmp_path / "terminal-interaction-paper.md").exists()
 
 
 def test_worker_processes_give_the_same_results(tmp_path):

@@ -78,11 +78,11 @@ def every_experiment(tmp_path_factory):
 
 def output_name(name: str) -> str:
     """Token Reversal results are named with the substrate that made them (paper by default)."""
-    return f"{name}-paper" if name in token_experiments.TOKEN_EXPERIMENTS or name == "terminal-interactions" else name
+    return f"{name}-paper" if name in token_experiments.TOKEN_EXPERIMENTS or name == "terminal-interaction" else name
 
 
 def output_names() -> list[str]:
-    names = [n for n in EXPERIMENTS if n != "mnist"] + ["mnist-digits", "terminal-interactions"]
+    names = [n for n in EXPERIMENTS if n != "mnist"] + ["mnist-digits", "terminal-interaction"]
     return sorted(output_name(n) for n in names)
 
 
@@ -103,7 +103,7 @@ def test_every_experiment_writes_a_figure_and_a_table_beside_the_paper(every_exp
         n_paper = sum(len(v) for v in exp.paper.values())
         assert len(re.findall(r"\| [^|(]+ \([^)]+\)", md)) >= min(n_paper, 1), name
     assert "(33.8)" in (out / "terminal-paper.md").read_text()  # Table 3, prompt-matched DG H=7
-    assert "(47.7)" in (out / "terminal-interactions-paper.md").read_text()  # interaction-matched
+    assert "(47.7)" in (out / "terminal-interaction-paper.md").read_text()  # interaction-matched
     for name in ("tabular-single", "tabular-multi", "mnist-digits"):
         assert "Paper: " in (out / f"{name}.md").read_text()
 
@@ -165,7 +165,7 @@ def test_report_collects_results_in_the_papers_order(every_experiment, tmp_path)
         "token-vocab",
         "token-variations",
         "terminal",
-        "terminal-interactions",
+        "terminal-interaction",
         "ablations",
         "k-sweep",
         "zero-variance-mask",

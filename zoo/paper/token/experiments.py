@@ -226,14 +226,14 @@ TOKEN_EXPERIMENTS: dict[str, TokenExperiment] = {
 
 
 def base_experiment(name: str) -> str:
-    """The experiment a result belongs to, from its name: the ``-interactions``, substrate,
-    ``-lrLR`` and ``-initINIT`` variants of ``terminal``
-    (``terminal-interactions-ours-lr0.002-initflax``) give ``terminal``."""
+    """The experiment a result belongs to, from its name: the ``-interaction`` (interaction-
+    matched; ``-interactions`` in older results), substrate, ``-lrLR`` and ``-initINIT``
+    variants of ``terminal`` (``terminal-interaction-ours-lr0.002-initflax``) give ``terminal``."""
     name = re.sub(r"-init[a-z]+$", "", name)
     name = re.sub(r"-lr[0-9.e+-]+$", "", name)
     name = re.sub(r"-adamw$", "", name)
     name = re.sub(r"-(paper|ours)$", "", name)
-    return name.removesuffix("-interactions")
+    return re.sub(r"-interactions?$", "", name)
 
 
 def setting_order(result: dict) -> list[str]:

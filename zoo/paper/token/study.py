@@ -114,7 +114,7 @@ def run_experiment(name: str, args: argparse.Namespace) -> dict:
     if getattr(args, "cached_only", False):
         jobs, methods, settings = _cached_subset(jobs, methods, settings, cache)
     workers = int(getattr(args, "workers", None) or 1)
-    out_name = name if match == "prompts" else f"{name}-interactions"
+    out_name = name if match == "prompts" else f"{name}-interaction"
     out_name += variant_suffix(args)
     t0 = time.perf_counter()
     backend: dict = {}
