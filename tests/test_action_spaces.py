@@ -155,7 +155,6 @@ def test_the_gaussian_mean_stays_inside_finite_bounds_and_passes_through_unbound
     assert GaussianMlpPolicy(**linear._get_constructor_parameters()).squash_mean is False
 
 
-
 def test_the_critic_reads_actions_one_hot_per_dimension_as_bits_or_rescaled():
     md = ActionEncoder(spaces.MultiDiscrete([3, 2]))
     assert md(torch.tensor([[2, 1]])).tolist() == [[0, 0, 1, 0, 1]]

@@ -850,8 +850,6 @@ def _why(mode: str, facts: EnvFacts) -> str:
         return "the env scores K candidates itself (score_candidates)"
     if mode == "sequence" and facts.hidden_by:
         return f"your wrappers {list(facts.hidden_by)} hide the env's score_candidates, so K rollouts run through them"
-    if mode == "branch":
-        return "Box actions: K sampled actions per state, each played from a copy of the state"
     if mode == "critic" and not isinstance(facts.action_space, spaces.Discrete):
         return "K actions sampled per state are scored by a learned critic Q(s, a) of the action"
     if mode == "critic":
