@@ -240,7 +240,7 @@ def test_a_loaded_agent_keeps_its_critic_and_continues(tmp_path):
 def test_auto_scores_sampled_box_actions_with_a_critic_and_branches_only_on_request_or_hint(capsys):
     """Branch groups pay env transitions for every lookahead, so auto never picks them for
     Box actions unless the env's metadata asks; the critic needs no state copy."""
-    assert TPO("MlpPolicy", "Pendulum-v1", verbose=1).resolve_group_mode() == "critic"
+    assert TPO("MlpPolicy", "Pendulum-v1").resolve_group_mode() == "critic"
     assert TPO("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=2)).resolve_group_mode() == "critic"
     assert TPO("MlpPolicy", _pendulum("vecnormalize")).resolve_group_mode() == "critic"
     assert GRPO("MlpPolicy", _identity("multibinary")).resolve_group_mode() == "critic"
@@ -248,6 +248,12 @@ def test_auto_scores_sampled_box_actions_with_a_critic_and_branches_only_on_requ
     hinted = gym.make("Pendulum-v1")
     hinted.metadata = {**hinted.metadata, "tpo_group_mode": "branch"}
     assert TPO("MlpPolicy", hinted).resolve_group_mode() == "branch"
+    capsys.readouterr()
+    norm = _pendulum("vecnormalize")  # hinted, but a copy would not carry the statistics
+    norm.env_method("__setattr__", "metadata", {**norm.get_attr("metadata")[0], "tpo_group_mode": "branch"})
+    assert TPO("MlpPolicy", norm, verbose=1).resolve_group_mode() == "critic"
+    assert "the env hints branch but its state cannot be copied here, so K actions" in capsys.readouterr().out
+    TPO("MlpPolicy", "Pendulum-v1", verbose=1)
     out = capsys.readouterr().out
     assert ("TPO: group_mode='auto' chose 'critic' on Pendulum-v1: K actions sampled per state are scored "
             "by a learned critic Q(s, a) of the action") in out

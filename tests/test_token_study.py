@@ -247,6 +247,9 @@ def test_interaction_matching_gives_single_sample_methods_batch_bk(tmp_path, mon
     assert result["methods"]["dg"]["H=3"]["agent"]["batch_size"] == 800
     assert result["methods"]["tpo"]["H=3"]["agent"]["batch_size"] == 100
     assert (tmp_path / "terminal-interaction-paper.md").exists()
+    # results written before the rename (terminal-interactions-*) still belong to terminal
+    assert token_experiments.base_experiment("terminal-interactions-ours-lr0.002") == "terminal"
+    assert token_experiments.base_experiment("terminal-interaction-paper") == "terminal"
 
 
 def test_worker_processes_give_the_same_results(tmp_path):

@@ -851,7 +851,8 @@ def _why(mode: str, facts: EnvFacts) -> str:
     if mode == "sequence" and facts.hidden_by:
         return f"your wrappers {list(facts.hidden_by)} hide the env's score_candidates, so K rollouts run through them"
     if mode == "critic" and not isinstance(facts.action_space, spaces.Discrete):
-        return "K actions sampled per state are scored by a learned critic Q(s, a) of the action"
+        no_copy = "the env hints branch but its state cannot be copied here, so " if facts.hint == "branch" else ""
+        return f"{no_copy}K actions sampled per state are scored by a learned critic Q(s, a) of the action"
     if mode == "critic":
         return "the env neither scores candidates nor hints a group mode: every action is scored by a learned critic"
     if mode == "single":

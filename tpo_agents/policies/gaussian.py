@@ -87,7 +87,7 @@ class GaussianMlpPolicy(MlpBodyPolicy):
         center, half_width = np.where(bounded, (low + high) / 2, 0.0), np.where(bounded, (high - low) / 2, 0.0)
         self.register_buffer("_mean_center", torch.tensor(center, dtype=torch.float32), persistent=False)
         self.register_buffer("_mean_half_width", torch.tensor(half_width, dtype=torch.float32), persistent=False)
-        self.register_buffer("_mean_bounded", torch.tensor(bounded & self.squash_mean), persistent=False)
+        self.register_buffer("_mean_bounded", torch.tensor(bounded), persistent=False)
         self.make_optimizer(lr_schedule)
 
     def _mean(self, raw: torch.Tensor) -> torch.Tensor:
