@@ -155,6 +155,29 @@ def test_the_gaussian_mean_stays_inside_finite_bounds_and_passes_through_unbound
     assert GaussianMlpPolicy(**linear._get_constructor_parameters()).squash_mean is False
 
 
+def test_a_gaussian_agent_saved_before_the_bounded_mean_loads_with_its_linear_mean(tmp_path):
+    """New agents write squash_mean into their policy_kwargs, so a save says which mean it acts
+    through; a save without the key (made before the bounded mean) loads with the linear
+    mean it was trained with, and acts as it did."""
+    from stable_baselines3.common.save_util import load_from_zip_file, save_to_zip_file
+
+    model = TPO("MlpPolicy", "Pendulum-v1", seed=0)
+    assert model.policy_kwargs["squash_mean"] is True and model.policy.squash_mean
+    model.save(tmp_path / "new.zip")
+    assert TPO.load(tmp_path / "new.zip").policy.squash_mean is True
+
+    data, params, tensors = load_from_zip_file(tmp_path / "new.zip")
+    del data["policy_kwargs"]["squash_mean"]
+    save_to_zip_file(tmp_path / "legacy.zip", data, params, tensors)
+    legacy = TPO.load(tmp_path / "legacy.zip")
+    assert legacy.policy.squash_mean is False and legacy.policy_kwargs["squash_mean"] is False
+    with torch.no_grad():
+        legacy.policy.mean_net[-1].bias.fill_(50.0)  # far past the bound of 2
+    obs, _ = legacy.policy.obs_to_tensor(np.zeros((1, 3), np.float32))
+    assert legacy.policy.distribution(obs).mean.item() > 2.0  # linear: not held inside the bound
+    assert TPO("MlpPolicy", "Pendulum-v1", policy_kwargs={"squash_mean": False}).policy.squash_mean is False
+
+
 def test_the_critic_reads_actions_one_hot_per_dimension_as_bits_or_rescaled():
     md = ActionEncoder(spaces.MultiDiscrete([3, 2]))
     assert md(torch.tensor([[2, 1]])).tolist() == [[0, 0, 1, 0, 1]]

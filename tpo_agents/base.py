@@ -286,6 +286,12 @@ class GroupedAlgorithm(BaseAlgorithm):
     def _setup_model(self) -> None:
         self._setup_lr_schedule()
         self.set_random_seed(self.seed)
+        if issubclass(self.policy_class, GaussianMlpPolicy) and "squash_mean" not in self.policy_kwargs:
+            # Written out, so that a save says which mean its policy acts through. A save made
+            # before the bounded mean existed (it has a resume state, but no such key) keeps
+            # the linear mean it was trained with.
+            loading_legacy = "_resume_state" in self.__dict__
+            self.policy_kwargs = {**self.policy_kwargs, "squash_mean": not loading_legacy}
         self.policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs)
         self.policy = self.policy.to(self.device)
         self._np_rng = np.random.default_rng(self.seed)

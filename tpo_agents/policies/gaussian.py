@@ -49,6 +49,8 @@ class GaussianMlpPolicy(MlpBodyPolicy):
     :param log_std_init: the initial log standard deviation of every action dimension.
     :param squash_mean: keep the mean inside the bounds of each dimension whose bounds are
         finite (``center + half_width * tanh``); False gives SB3's unbounded linear mean.
+        The agents write it into their ``policy_kwargs``; an agent saved before it existed
+        loads with False, the mean it was trained with.
     :param optimizer_class: ``torch.optim.Adam`` by default.
     :param optimizer_kwargs: extra optimizer arguments.
     """
