@@ -227,3 +227,31 @@ def test_an_image_run_resumes_bitwise_through_vec_transpose_image(tmp_path):
         assert torch.equal(a, b)
     for a, b in zip(straight.critic.features_extractor.parameters(), resumed.critic.features_extractor.parameters()):
         assert torch.equal(a, b)
+
+
+class TupleCueEnv(gym.Env):
+    """One step, a ``Tuple`` observation (as Blackjack's); reward 1 for the cued action."""
+
+    observation_space = spaces.Tuple((spaces.Discrete(3), spaces.Discrete(2)))
+    action_space = spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._cue = int(self.np_random.integers(3))
+        return (self._cue, 0), {}
+
+    def step(self, action):
+        return (self._cue, 1), float(action == self._cue), True, False, {}
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_an_unsupported_observation_space_is_refused_at_construction_with_a_way_out(algo):
+    # SB3's PPO refuses a Tuple observation when it builds its buffer; ours would have failed
+    # inside learn(). The error names the space and the wrapper that makes it readable.
+    with pytest.raises(ValueError, match=r"Tuple\(Discrete\(3\), Discrete\(2\)\).*FlattenObservation"):
+        algo("MlpPolicy", TupleCueEnv(), **SMALL)
+    with pytest.raises(ValueError, match="not supported"):
+        algo("MultiInputPolicy", gym.make("Blackjack-v1"), **SMALL)
+    flat = algo("MlpPolicy", gym.wrappers.FlattenObservation(TupleCueEnv()), **SMALL)
+    flat.learn(64)
+    assert flat.num_timesteps >= 64

@@ -8,8 +8,17 @@ from typing import Any
 
 import numpy as np
 import torch
+from gymnasium import spaces
+from stable_baselines3.common.preprocessing import check_for_nested_spaces, get_obs_shape
 
-__all__ = ["int_at_least", "real_number", "timesteps", "check_device", "check_learning_rate"]
+__all__ = [
+    "int_at_least",
+    "real_number",
+    "timesteps",
+    "check_device",
+    "check_learning_rate",
+    "check_observation_space",
+]
 
 
 def int_at_least(name: str, value: Any, minimum: int) -> int:
@@ -60,3 +69,19 @@ def check_learning_rate(learning_rate: Any) -> None:
     value = learning_rate(1.0) if callable(learning_rate) else learning_rate
     what = "learning_rate" if not callable(learning_rate) else "learning_rate(1.0) (the schedule's first value)"
     real_number(what, value, at_least=0.0)
+
+
+def check_observation_space(space: spaces.Space) -> None:
+    """A ValueError, at construction, for an observation space SB3's policies cannot read
+    (``Tuple``, ``Graph``, ``Sequence``, a ``Dict`` nested in a ``Dict``, ...): the agent would
+    otherwise fail inside ``learn``. SB3's ``PPO`` refuses them too."""
+    try:
+        check_for_nested_spaces(space)
+        get_obs_shape(space)
+    except NotImplementedError as err:
+        raise ValueError(
+            f"observation space {space} is not supported: the policies read Box, Discrete, "
+            "MultiDiscrete and MultiBinary observations and a flat Dict of them, as SB3's do. "
+            "Wrap the env, e.g. in gymnasium.wrappers.FlattenObservation (a Tuple of Discrete "
+            "spaces becomes one one-hot Box)"
+        ) from err
