@@ -149,6 +149,18 @@ def test_env_whose_reset_takes_no_options(algo):
     assert model.num_timesteps >= 24
 
 
+@ALGOS
+def test_an_env_whose_spec_names_an_unregistered_id_is_used_as_given(algo):
+    # SB3's BitFlippingEnv carries EnvSpec("BitFlippingEnv-v0", "no-entry-point"): a spec that
+    # cannot remake the env. PPO trains on it; so must we (it failed loading the entry point).
+    from stable_baselines3.common.envs import BitFlippingEnv
+
+    env = BitFlippingEnv(n_bits=4, continuous=False)
+    assert env.spec is not None and env.spec.id not in gym.registry
+    model = algo("MultiInputPolicy", env, batch_size=8, seed=0).learn(24)
+    assert model.num_timesteps >= 24 and model.get_env().envs[0].unwrapped is env
+
+
 # ------------------------------------------------------------------ 5. rollout/success_rate
 
 

@@ -132,7 +132,9 @@ def make_training_env(env: Any, n_envs: int | None, seed: int | None = None) -> 
         kwargs: dict = {}
         instance = None
     elif isinstance(env, gym.Env):
-        spec = env.spec
+        # A spec whose id is not registered (SB3's BitFlippingEnv names "no-entry-point")
+        # cannot remake the env: it is used as given, as an unregistered one.
+        spec = env.spec if env.spec is not None and env.spec.id in gym.registry else None
         kwargs = dict(spec.kwargs) if spec is not None else {}
         instance = env
     else:
