@@ -69,6 +69,13 @@ def test_tpo_takes_one_policy_step_per_batch_on_every_action_and_four_on_sampled
     box.save(tmp_path / "box")  # a save keeps the count it was trained with
     TPO("MlpPolicy", "Pendulum-v1", n_epochs=1).save(tmp_path / "old")
     assert TPO.load(tmp_path / "box").n_epochs == 4 and TPO.load(tmp_path / "old").n_epochs == 1
+    # An agent saved when one step was the default on Box (not given) resumes with one step.
+    legacy = TPO("MlpPolicy", "Pendulum-v1")
+    legacy.n_epochs = 1
+    legacy.save(tmp_path / "legacy")
+    assert not TPO.load(tmp_path / "legacy")._n_epochs_given
+    assert TPO.load(tmp_path / "legacy", env="Pendulum-v1").n_epochs == 1
+    assert TPO.load(tmp_path / "box", env="Pendulum-v1").n_epochs == 4
 
 
 @pytest.mark.slow

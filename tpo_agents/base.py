@@ -277,7 +277,8 @@ class GroupedAlgorithm(BaseAlgorithm):
             n_candidates=self.n_candidates,
             seed=seed,
         )
-        if self._group_mode == "critic" and not self._n_epochs_given:
+        if self._group_mode == "critic" and not self._n_epochs_given and not getattr(self, "_loaded", False):
+            # A loaded agent keeps the count it was trained with (older defaults included).
             self.n_epochs = self.critic_n_epochs(vec.action_space)
         return vec
 
@@ -385,6 +386,7 @@ class GroupedAlgorithm(BaseAlgorithm):
                 f"{path!s} holds a {saved_by} agent, not a {cls.__name__}: load it with "
                 f"{saved_by}.load(...)"
             )
+        model._loaded = True
         resume = model.__dict__.pop("_resume_state", None) or {}
         if "numpy" in resume:
             model._np_rng.bit_generator.state = resume["numpy"]
