@@ -161,6 +161,17 @@ def test_an_env_whose_spec_names_an_unregistered_id_is_used_as_given(algo):
     assert model.num_timesteps >= 24 and model.get_env().envs[0].unwrapped is env
 
 
+@ALGOS
+def test_a_time_limit_given_to_gym_make_is_kept_in_every_sub_env(algo):
+    # gym.make("CartPole-v1", max_episode_steps=20): the sub-envs were rebuilt from the id with
+    # its registered limit (500), so episodes ran past what the user asked for.
+    model = algo("MlpPolicy", gym.make("CartPole-v1", max_episode_steps=20), batch_size=8, seed=0)
+    assert model.n_envs > 1
+    model.learn(400)
+    lengths = [info["l"] for info in model.ep_info_buffer]
+    assert lengths and max(lengths) <= 20
+
+
 # ------------------------------------------------------------------ 5. rollout/success_rate
 
 

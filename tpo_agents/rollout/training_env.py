@@ -117,9 +117,10 @@ def make_training_env(env: Any, n_envs: int | None, seed: int | None = None) -> 
       (the instance serves as the template: its id and kwargs);
     * another id, or such an instance with ``n_envs > 1``: SB3's ``make_vec_env``
       (``DummyVecEnv`` of ``Monitor``-wrapped envs built from the spec);
-    * an instance with wrappers of its own (anything beyond what ``gym.make`` adds): a
-      ``DummyVecEnv`` of the instance and ``n_envs - 1`` deep copies of it, wrappers
-      included, so what the user built is what trains;
+    * an instance with wrappers of its own (anything beyond what ``gym.make`` adds), or
+      made with a time limit other than its id's (``max_episode_steps``): a ``DummyVecEnv``
+      of the instance and ``n_envs - 1`` deep copies of it, wrappers included, so what the
+      user built is what trains;
     * an unregistered ``gym.Env``: a one-env ``DummyVecEnv`` around it;
     * a Gymnasium ``VectorEnv`` (same-step autoreset) or an SB3 ``VecEnv``: used as is.
     """
@@ -145,7 +146,12 @@ def make_training_env(env: Any, n_envs: int | None, seed: int | None = None) -> 
     n = 1 if n_envs is None else int(n_envs)
     if n < 1:
         raise ValueError(f"n_envs must be >= 1; got {n_envs}")
-    wrapped = instance is not None and bool(user_wrappers(instance))
+    # gym.make(id, max_episode_steps=n) records n in the instance's spec; an env rebuilt from
+    # the id would drop it, so such an instance is copied, as one with wrappers of its own.
+    wrapped = instance is not None and (
+        bool(user_wrappers(instance))
+        or (spec is not None and spec.max_episode_steps != gym.spec(spec.id).max_episode_steps)
+    )
     if native_vector_entry(spec) and not wrapped:
         venv = gym.make_vec(spec.id, num_envs=n, vectorization_mode="vector_entry_point", **kwargs)
         return VecMonitor(GymnasiumVecEnv(venv))
