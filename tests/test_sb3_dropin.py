@@ -172,6 +172,14 @@ def test_a_time_limit_given_to_gym_make_is_kept_in_every_sub_env(algo):
     assert lengths and max(lengths) <= 20
 
 
+@ALGOS
+def test_a_ppo_hyperparameter_is_refused_with_what_plays_its_part_here(algo):
+    # An rl-zoo3 PPO entry ported as it is: Python's TypeError, as SB3 gives for any unknown
+    # keyword, plus what n_steps and ent_coef correspond to here; an unknown name is listed too.
+    with pytest.raises(TypeError, match=r"'ent_coef', 'foo', 'n_steps'(?s:.*)n_steps: SB3's; a rollout here is batch_size"):
+        algo("MlpPolicy", "CartPole-v1", n_steps=16, ent_coef=0.0, foo=1)
+
+
 # ------------------------------------------------------------------ 5. rollout/success_rate
 
 

@@ -37,6 +37,7 @@ from tpo_agents.checks import (
     int_at_least,
     real_number,
     timesteps,
+    unexpected_keywords,
 )
 from tpo_agents.policies.causal_lm import CausalLMPolicy
 from tpo_agents.policies.factorized import BernoulliPolicy, MultiCategoricalPolicy
@@ -159,7 +160,10 @@ class GroupedAlgorithm(BaseAlgorithm):
         _init_setup_model: bool = True,
         ref_kl_coef: float = 0.0,
         log_completions_every: int | None = None,
+        **unknown: Any,
     ):
+        if unknown:  # Python's own TypeError, with what plays the part of SB3's hyperparameters here
+            raise unexpected_keywords(type(self).__name__, sorted(unknown))
         check_learning_rate(learning_rate)
         device = check_device(device)
         if n_envs is not None:

@@ -18,6 +18,7 @@ __all__ = [
     "check_device",
     "check_learning_rate",
     "check_observation_space",
+    "unexpected_keywords",
 ]
 
 
@@ -85,3 +86,30 @@ def check_observation_space(space: spaces.Space) -> None:
             "Wrap the env, e.g. in gymnasium.wrappers.FlattenObservation (a Tuple of Discrete "
             "spaces becomes one one-hot Box)"
         ) from err
+
+
+SB3_ONLY_KEYWORDS = {
+    "n_steps": "a rollout here is batch_size groups (contexts) per iteration",
+    "gae_lambda": "candidates are scored by the env, a learned critic (critic_kwargs) or whole-episode returns; there is no GAE",
+    "gamma": "the critic's discount is critic_kwargs={'gamma': ...}; branch lookaheads take branch_kwargs",
+    "ent_coef": "there is no entropy bonus; on Discrete critic groups TPO's target_floor keeps every action played",
+    "vf_coef": "the policy has no value head; the critic of critic groups is set with critic_kwargs",
+    "use_sde": "there is no state-dependent exploration; the Gaussian policy learns its log std (policy_kwargs={'log_std_init': ...})",
+    "sde_sample_freq": "there is no state-dependent exploration",
+    "normalize_advantage": "scores are standardized within each group already",
+    "target_kl": "TPO's update stops by itself at its target (n_epochs steps); GRPO takes clip_range",
+    "rollout_buffer_class": "groups are collected by the agent's own collectors",
+    "rollout_buffer_kwargs": "groups are collected by the agent's own collectors",
+    "buffer_size": "the critic's replay is critic_kwargs={'buffer_size': ...}",
+    "learning_starts": "the critic's warm-up is critic_kwargs={'learning_starts': ...}",
+    "train_freq": "the agent trains once per batch of groups",
+}
+"""What each SB3 hyperparameter that the agents do not take means here."""
+
+
+def unexpected_keywords(owner: str, names) -> TypeError:
+    """The TypeError for keyword arguments ``owner`` does not take, saying for SB3's (PPO's,
+    DQN's, ...) what plays their part here, for a user porting an rl-zoo3 entry."""
+    lines = [f"{owner}.__init__() got unexpected keyword argument(s) {', '.join(map(repr, names))}"]
+    lines += [f"  {name}: SB3's; {SB3_ONLY_KEYWORDS[name]}" for name in names if name in SB3_ONLY_KEYWORDS]
+    return TypeError("\n".join(lines))

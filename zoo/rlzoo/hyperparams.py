@@ -122,7 +122,8 @@ def constructor_parameters(cls: type) -> set[str]:
             continue
         params = inspect.signature(init).parameters.values()
         names.update(p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
-        if not any(p.kind == p.VAR_KEYWORD for p in params):
+        # GroupedAlgorithm's **unknown refuses what it gets (with SB3's names explained): the end.
+        if not any(p.kind == p.VAR_KEYWORD and p.name != "unknown" for p in params):
             break
     names.discard("self")
     return names
