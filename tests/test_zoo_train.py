@@ -370,6 +370,12 @@ def test_unknown_algorithm_and_env_id(tmp_path):
     assert not (tmp_path / "logs").exists()
 
 
+def test_a_ppo_hyperparameter_in_a_file_says_what_plays_its_part_here(tmp_path):
+    path = _yaml(tmp_path, "SymmetricBandit-v0:\n  n_timesteps: 100\n  policy: MlpPolicy\n  ent_coef: 0.01\n")
+    with pytest.raises(HyperparamsError, match=r"unknown hyperparameter 'ent_coef' for TPO \(ent_coef is SB3's: there is no entropy bonus"):
+        train(*_bandit("-conf", str(path), tmp_path=tmp_path))
+
+
 def test_unknown_hyperparameter_names_file_section_and_key(tmp_path):
     path = _yaml(tmp_path, "SymmetricBandit-v0:\n  n_timesteps: 100\n  policy: MlpPolicy\n  etaa: 1.0\n")
     with pytest.raises(HyperparamsError) as err:

@@ -196,8 +196,11 @@ def check_section(algo_cls: type, section: Mapping[str, Any], where: str, requir
         if key in SET_BY_ZOO:
             raise HyperparamsError(f"{where}: key {key!r} cannot be set in a hyperparameter file (set by {SET_BY_ZOO[key]})")
         if key not in allowed:
+            from tpo_agents.checks import SB3_ONLY_KEYWORDS  # torch: imported only on this error
+
+            sb3 = f" ({key} is SB3's: {SB3_ONLY_KEYWORDS[key]})" if key in SB3_ONLY_KEYWORDS else ""
             raise HyperparamsError(
-                f"{where}: unknown hyperparameter {key!r} for {algo_cls.__name__}; expected one of "
+                f"{where}: unknown hyperparameter {key!r} for {algo_cls.__name__}{sb3}; expected one of "
                 f"{sorted((allowed - set(SET_BY_ZOO)) | ZOO_KEYS)}"
             )
     required = ("policy", "n_timesteps") if require_timesteps else ("policy",)
