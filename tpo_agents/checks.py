@@ -19,6 +19,7 @@ __all__ = [
     "check_learning_rate",
     "check_observation_space",
     "unexpected_keywords",
+    "SB3_ONLY_KEYWORDS",
 ]
 
 
