@@ -19,7 +19,7 @@ from torch import nn
 
 from tpo_agents import GRPO, TPO, MlpPolicy
 from tpo_agents.policies import GaussianMlpPolicy
-from tpo_agents.rollout.critic import QCritic, QEnsemble
+from tpo_agents.rollout.critic import QCritic, QEnsemble, bootstrap_values
 from tpo_agents.rollout.sampled_critic import SampledActionCritic
 from tpo_agents.rollout.step import _true_next_obs
 
@@ -263,6 +263,48 @@ def test_the_default_critic_is_an_ensemble_and_bad_options_are_named():
         QCritic(spaces.Discrete(4), 2, n_critics=0)
     with pytest.raises(ValueError, match="noise_scale"):
         QCritic(spaces.Discrete(4), 2, noise_scale=-1.0)
+
+
+def test_bootstrap_values_give_each_critic_its_own_or_the_ensembles_lowest():
+    v = torch.tensor([[1.0, -2.0, 3.0], [0.5, 4.0, -1.0]])  # [n_critics, batch]
+    assert torch.equal(bootstrap_values(v, "own"), v)
+    assert bootstrap_values(v, "min").tolist() == [[0.5, -2.0, -1.0], [0.5, -2.0, -1.0]]
+    with pytest.raises(ValueError, match="bootstrap must be one of .*'own', 'min'.*got 'max'"):
+        bootstrap_values(v, "max")
+
+
+def test_critics_bootstrap_from_their_own_target_by_default_or_the_lowest_on_request():
+    obs_space, action_space = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32), spaces.Box(-1.0, 1.0, (2,), dtype=np.float32)
+    assert QCritic(obs_space, 3).bootstrap == "own" and SampledActionCritic(obs_space, action_space).bootstrap == "own"
+    with pytest.raises(ValueError, match="bootstrap must be one of"):
+        QCritic(obs_space, 3, bootstrap="mean")
+    model = TPO("MlpPolicy", "Pendulum-v1", critic_kwargs={"bootstrap": "min"}, batch_size=8, seed=0).learn(16)
+    assert model.critic.bootstrap == "min"
+    # The TD target with "min": r + gamma (1 - terminated) min_c V_c(s'), the same for every critic.
+    critic, policy, feed = _critic_case("sampled")
+    critic.bootstrap = "min"
+    feed([critic], np.random.default_rng(0))
+    i = np.arange(32)
+    torch.manual_seed(0)
+    _, y = critic._q_and_target(i, policy)
+    torch.manual_seed(0)
+    s2 = critic._features(critic._data["next_obs"][i], target=True)
+    a2 = policy.sample_actions(policy.obs_to_tensor(critic._data["next_obs"][i])[0], critic.n_target_actions)
+    v = critic.q_values(critic.q_target, s2, a2).mean(-1)
+    r, done = (torch.as_tensor(critic._data[k][i]) for k in ("rewards", "terminated"))
+    torch.testing.assert_close(y, (r + critic.gamma * (1 - done) * v.min(0).values).expand(critic.n_critics, -1))
+    assert not torch.equal(v[0], v.min(0).values)  # the critics differ: the min is a real choice
+
+
+def test_a_critic_pickled_before_the_bootstrap_option_keeps_its_own():
+    critic, _, _ = _critic_case("sampled")
+    state = critic.__getstate__()
+    del state["bootstrap"]
+    restored = SampledActionCritic.__new__(SampledActionCritic)
+    restored.__setstate__(state)
+    assert restored.bootstrap == "own"
+    critic.bootstrap = "min"  # a critic pickled with the option keeps what it was given
+    assert pickle.loads(pickle.dumps(critic)).bootstrap == "min"
 
 
 def test_replay_states_are_drawn_from_the_critics_replay():

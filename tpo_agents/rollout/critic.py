@@ -37,7 +37,18 @@ from tpo_agents import objectives as obj
 from tpo_agents.checks import int_at_least, real_number
 from tpo_agents.rollout.observations import obs_buffer, obs_len, put_obs, take_obs
 
-__all__ = ["QCritic", "QEnsemble", "critic_advantages", "critic_features_extractor", "target_residual"]
+__all__ = [
+    "BOOTSTRAPS",
+    "QCritic",
+    "QEnsemble",
+    "bootstrap_values",
+    "critic_advantages",
+    "critic_features_extractor",
+    "target_residual",
+]
+
+BOOTSTRAPS = ("own", "min")
+"""How the critics of an ensemble bootstrap (:func:`bootstrap_values`)."""
 
 
 def critic_features_extractor(
@@ -84,6 +95,22 @@ def critic_advantages(
         disagreement = advs.std(0).pow(2).mean(-1, keepdim=True).sqrt()
         scale = torch.maximum(scale, noise_scale * disagreement)
     return adv / scale
+
+
+def bootstrap_values(next_values: torch.Tensor, bootstrap: str) -> torch.Tensor:
+    """The next state's value each critic's TD target bootstraps from, ``[n_critics, B]``
+    from each target net's own ``next_values`` ``[n_critics, B]``.
+
+    ``"own"``: each critic its own (independent critics). ``"min"``: every critic the lowest
+    of the ensemble's, as TD3's clipped double Q and REDQ do: an actor that moves toward the
+    actions the critics score highest seeks out their overestimates, and a target that
+    bootstraps from them compounds the error until it is corrected and the policy falls.
+    """
+    if bootstrap == "own":
+        return next_values
+    if bootstrap == "min":
+        return next_values.min(0, keepdim=True).values.expand_as(next_values)
+    raise ValueError(f"bootstrap must be one of {BOOTSTRAPS}; got {bootstrap!r}")
 
 
 def target_residual(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -244,6 +271,10 @@ class QCritic:
         policy (until then they are 0, so the agent keeps its initial, exploratory policy):
         an unconverged critic's small, consistent errors can otherwise steer the policy into
         a corner it never leaves (non-slippery FrozenLake needs about 20,000).
+    :param bootstrap: ``"own"`` (default): each critic's TD target bootstraps from its own
+        target net; ``"min"``: from the lowest of the ensemble's (:func:`bootstrap_values`;
+        on Pendulum-v1's tuning seeds no better by more than the seeds' spread,
+        docs/algorithms.md 4.5).
     """
 
     def __init__(
@@ -269,6 +300,7 @@ class QCritic:
         features_extractor_kwargs: dict[str, Any] | None = None,
         normalize_images: bool = True,
         seed: int | None = None,
+        bootstrap: str = "own",
     ):
         self.observation_space, self.n_actions, self.device = observation_space, n_actions, torch.device(device)
         self.gamma, self.batch_size, self.updates_per_step, self.tau = gamma, batch_size, updates_per_step, tau
@@ -282,6 +314,8 @@ class QCritic:
         self.replay_states_ratio = real_number("replay_states", replay_states, at_least=0.0)
         self.replay_pool = int_at_least("replay_pool", replay_pool, 1)
         self.normalize_images = bool(normalize_images)
+        self.bootstrap = bootstrap
+        bootstrap_values(torch.zeros(1, 1), bootstrap)  # a bad value fails here, not mid-run
         extractor = critic_features_extractor(observation_space, features_extractor_class, features_extractor_kwargs)
         self.features_extractor = None if extractor is None else extractor.to(self.device)
         """The trainable observation encoder (Dict and image observations), else None."""
@@ -306,6 +340,7 @@ class QCritic:
         state.setdefault("features_extractor", None)  # flat observations (before Dict / images)
         state.setdefault("features_extractor_target", None)
         state.setdefault("normalize_images", True)
+        state.setdefault("bootstrap", "own")  # pickled before the option: the only rule then
         rows = state.pop("_data_rows", None)
         if rows is not None:  # the replay was pickled without its unwritten rows: put them back
             filled = state["_data"]
@@ -444,7 +479,7 @@ class QCritic:
     def _td_target(self, i: np.ndarray, next_value: torch.Tensor) -> torch.Tensor:
         r = torch.as_tensor(self._data["rewards"][i], device=self.device)
         done = torch.as_tensor(self._data["terminated"][i], device=self.device)
-        return r + self.gamma * (1 - done) * next_value
+        return r + self.gamma * (1 - done) * bootstrap_values(next_value, self.bootstrap)
 
     def update(self, policy) -> float:
         """Critic gradient steps for the transitions added since the last update; the mean
