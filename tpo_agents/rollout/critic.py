@@ -102,9 +102,9 @@ def bootstrap_values(next_values: torch.Tensor, bootstrap: str) -> torch.Tensor:
     from each target net's own ``next_values`` ``[n_critics, B]``.
 
     ``"own"``: each critic its own (independent critics). ``"min"``: every critic the lowest
-    of the ensemble's, as TD3's clipped double Q and REDQ do: an actor that moves toward the
-    actions the critics score highest seeks out their overestimates, and a target that
-    bootstraps from them compounds the error until it is corrected and the policy falls.
+    of the ensemble's, as TD3's clipped double Q and REDQ do against overestimation: a policy
+    that moves toward the actions the critics score highest seeks out their overestimates,
+    and an optimistic bootstrap compounds them.
     """
     if bootstrap == "own":
         return next_values
