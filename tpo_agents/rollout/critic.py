@@ -106,11 +106,16 @@ def bootstrap_values(next_values: torch.Tensor, bootstrap: str) -> torch.Tensor:
     that moves toward the actions the critics score highest seeks out their overestimates,
     and an optimistic bootstrap compounds them.
     """
-    if bootstrap == "own":
-        return next_values
-    if bootstrap == "min":
+    if check_bootstrap(bootstrap) == "min":
         return next_values.min(0, keepdim=True).values.expand_as(next_values)
-    raise ValueError(f"bootstrap must be one of {BOOTSTRAPS}; got {bootstrap!r}")
+    return next_values
+
+
+def check_bootstrap(bootstrap: str) -> str:
+    """``bootstrap`` if it is one of :data:`BOOTSTRAPS`, else a ValueError naming it."""
+    if bootstrap not in BOOTSTRAPS:
+        raise ValueError(f"bootstrap must be one of {BOOTSTRAPS}; got {bootstrap!r}")
+    return bootstrap
 
 
 def target_residual(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -314,8 +319,7 @@ class QCritic:
         self.replay_states_ratio = real_number("replay_states", replay_states, at_least=0.0)
         self.replay_pool = int_at_least("replay_pool", replay_pool, 1)
         self.normalize_images = bool(normalize_images)
-        self.bootstrap = bootstrap
-        bootstrap_values(torch.zeros(1, 1), bootstrap)  # a bad value fails here, not mid-run
+        self.bootstrap = check_bootstrap(bootstrap)  # a bad value fails here, not mid-run
         extractor = critic_features_extractor(observation_space, features_extractor_class, features_extractor_kwargs)
         self.features_extractor = None if extractor is None else extractor.to(self.device)
         """The trainable observation encoder (Dict and image observations), else None."""
