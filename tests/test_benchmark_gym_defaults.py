@@ -313,6 +313,11 @@ def test_a_tpo_run_made_under_other_defaults_is_run_again(gd, tiny, tmp_path, mo
     record = json.loads(path.read_text())
     run = next(r for r in gd.runner.plan_runs(["IdentityEnv-10"], ["tpo"], 1, 0.001, 0.5, 1) if r.seed == 0)
     assert record["resolved"]["target_floor"] == 0.1 and gd.runner.made_with_current_defaults(run, record)
+    # The critics' bootstrap is recorded; a record from before it was means "own", the rule then.
+    assert record["resolved"]["critic_bootstrap"] == "own"
+    record["resolved"].pop("critic_bootstrap")
+    assert gd.runner.made_with_current_defaults(run, record)
+    assert not gd.runner.made_with_current_defaults(run, {**record, "resolved": {**record["resolved"], "critic_bootstrap": "min"}})
     record["resolved"].pop("target_floor")  # as a run made before TPO floored its critic targets
     path.write_text(json.dumps(record))
     assert not gd.runner.made_with_current_defaults(run, record)

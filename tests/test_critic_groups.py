@@ -278,8 +278,14 @@ def test_critics_bootstrap_from_their_own_target_by_default_or_the_lowest_on_req
     assert QCritic(obs_space, 3).bootstrap == "own" and SampledActionCritic(obs_space, action_space).bootstrap == "own"
     with pytest.raises(ValueError, match="bootstrap must be one of"):
         QCritic(obs_space, 3, bootstrap="mean")
-    model = TPO("MlpPolicy", "Pendulum-v1", critic_kwargs={"bootstrap": "min"}, batch_size=8, seed=0).learn(16)
-    assert model.critic.bootstrap == "min"
+    with pytest.raises(ValueError, match="bootstrap must be one of .*got 'max'"):
+        SampledActionCritic(obs_space, action_space, bootstrap="max")
+    # The agent says what its critic will do before building it, and builds that critic.
+    for env, kwargs, want in (("Pendulum-v1", None, "own"), ("Pendulum-v1", {"bootstrap": "min"}, "min"),
+                              ("CartPole-v1", None, "own"), ("CartPole-v1", {"bootstrap": "min"}, "min")):
+        model = TPO("MlpPolicy", env, critic_kwargs=kwargs, batch_size=8, seed=0)
+        assert model.resolved_critic_bootstrap() == want
+        assert model.learn(16).critic.bootstrap == want, (env, kwargs)
     # The TD target with "min": r + gamma (1 - terminated) min_c V_c(s'), the same for every critic.
     critic, policy, feed = _critic_case("sampled")
     critic.bootstrap = "min"

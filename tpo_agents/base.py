@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import os
 import pathlib
 import sys
@@ -556,6 +557,14 @@ class GroupedAlgorithm(BaseAlgorithm):
             else:  # K sampled actions per state, scored by Q(s, a) with the action as input
                 self.critic = SampledActionCritic(self.observation_space, self.action_space, self.device, **kwargs)
         return self.critic
+
+    def resolved_critic_bootstrap(self) -> str:
+        """How the critics of ``critic`` groups bootstrap: ``critic_kwargs["bootstrap"]``, or
+        the critics' default (both critic classes share it)."""
+        from tpo_agents.rollout.critic import QCritic
+
+        default = inspect.signature(QCritic).parameters["bootstrap"].default
+        return self.critic_kwargs.get("bootstrap", default)
 
     def _step_hook(self, callback: BaseCallback) -> OnStep:
         """The bookkeeping after each vector step of a rollout, as the collectors call it."""

@@ -107,6 +107,8 @@ def resolved_settings(model) -> dict[str, Any]:
     settings.update(n_envs=int(model.n_envs), policy=type(model.policy).__name__)
     if grouped:
         settings["group_mode"] = model.resolve_group_mode()
+        if settings["group_mode"] == "critic":
+            settings["critic_bootstrap"] = model.resolved_critic_bootstrap()
     if hasattr(model, "resolved_target_floor"):  # TPO
         settings["target_floor"] = model.resolved_target_floor()
     return settings
@@ -133,7 +135,11 @@ def made_with_current_defaults(run: Run, record: dict) -> bool:
     did): the row is about the defaults, so it is run again. PPO-zoo records keep."""
     if run.method not in ("tpo", "grpo"):
         return True
-    return record.get("resolved") == current_defaults(run)
+    resolved = record.get("resolved")
+    if isinstance(resolved, dict) and resolved.get("group_mode") == "critic":
+        # Made before the critics' bootstrap was recorded: every critic bootstrapped from its own.
+        resolved = {"critic_bootstrap": "own", **resolved}
+    return resolved == current_defaults(run)
 
 
 def run_one(run: Run, progress: Any = None) -> dict[str, Any]:
