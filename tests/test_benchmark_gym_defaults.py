@@ -361,3 +361,16 @@ def test_the_table_names_the_worst_seed_by_the_mean_of_its_last_evaluations(gd):
     assert gd.report._worst_seed(m) == "290.00 (seed 4)"
     legacy = {k: v for k, v in m.items() if k != "last_evals_per_seed"}  # a record from before
     assert gd.report._worst_seed(legacy) == "290.00 (seed 4)"
+
+
+def test_an_env_whose_gymnasium_module_says_a_dependency_is_missing_is_skipped_with_why(monkeypatch):
+    # gymnasium.envs.box2d without Box2D raises DependencyNotInstalled, not ImportError.
+    from gymnasium.error import DependencyNotInstalled
+
+    def import_module(name):
+        raise DependencyNotInstalled("Box2D is not installed, you can install it by run `pip install swig`")
+
+    monkeypatch.setattr(config.importlib, "import_module", import_module)
+    why = config.missing_requirement("LunarLander-v3")
+    assert why.startswith("needs gymnasium.envs.box2d (pip install -e '.[box2d]'") and "Box2D is not installed" in why
+    assert config.missing_requirement("CartPole-v1") is None  # no requirement: nothing imported

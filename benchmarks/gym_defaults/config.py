@@ -91,9 +91,11 @@ def missing_requirement(env_name: str) -> str | None:
     module = ENVS[env_name].requires
     if module is None:
         return None
+    from gymnasium.error import DependencyNotInstalled
+
     try:
         importlib.import_module(module)
-    except ImportError as exc:
+    except (ImportError, DependencyNotInstalled) as exc:  # gymnasium's box2d raises the latter
         return f"needs {module} (pip install -e '.[box2d]': the Box2D wheel and pygame): {exc}"
     return None
 
