@@ -281,6 +281,10 @@ class QCritic:
         Not the default: on Pendulum-v1 no better over 13 seeds, and on Acrobot-v1's tuning
         seeds the pessimistic values of a -1-per-step reward stopped it learning at all
         (docs/algorithms.md 4.5).
+    :param novelty: weight of a novelty bonus added to the env's reward in the TD target
+        (:mod:`tpo_agents.rollout.novelty`, random network distillation; the bonus is on the
+        scale of 1): an exploration drive where every action scores alike until a first
+        success. 0 (default) adds nothing. Flat observations only.
     """
 
     def __init__(
@@ -307,6 +311,7 @@ class QCritic:
         normalize_images: bool = True,
         seed: int | None = None,
         bootstrap: str = "own",
+        novelty: float = 0.0,
     ):
         self.observation_space, self.n_actions, self.device = observation_space, n_actions, torch.device(device)
         self.gamma, self.batch_size, self.updates_per_step, self.tau = gamma, batch_size, updates_per_step, tau
@@ -321,6 +326,7 @@ class QCritic:
         self.replay_pool = int_at_least("replay_pool", replay_pool, 1)
         self.normalize_images = bool(normalize_images)
         self.bootstrap = check_bootstrap(bootstrap)  # a bad value fails here, not mid-run
+        self.novelty = real_number("novelty", novelty, at_least=0.0)
         extractor = critic_features_extractor(observation_space, features_extractor_class, features_extractor_kwargs)
         self.features_extractor = None if extractor is None else extractor.to(self.device)
         """The trainable observation encoder (Dict and image observations), else None."""
@@ -331,6 +337,17 @@ class QCritic:
         self.q = QEnsemble(in_dim, n_actions, net_arch, self.n_critics).to(self.device)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
         self.optimizer = self._make_optimizer(learning_rate)
+        self.novelty_model = None
+        """The :class:`~tpo_agents.rollout.novelty.RandomNetworkNovelty` of ``novelty > 0``."""
+        if self.novelty > 0:
+            if extractor is not None:
+                raise ValueError(
+                    f"novelty={novelty!r} needs flat observations (Box, Discrete, MultiDiscrete, "
+                    f"MultiBinary); got {observation_space}: leave novelty at 0"
+                )
+            from tpo_agents.rollout.novelty import RandomNetworkNovelty
+
+            self.novelty_model = RandomNetworkNovelty(in_dim, self.device, seed)
         self.rng = np.random.default_rng(seed)
         self.buffer_size = buffer_size
         self._data: dict[str, np.ndarray] | None = None
@@ -346,6 +363,8 @@ class QCritic:
         state.setdefault("features_extractor_target", None)
         state.setdefault("normalize_images", True)
         state.setdefault("bootstrap", "own")  # pickled before the option: the only rule then
+        state.setdefault("novelty", 0.0)
+        state.setdefault("novelty_model", None)
         rows = state.pop("_data_rows", None)
         if rows is not None:  # the replay was pickled without its unwritten rows: put them back
             filled = state["_data"]
@@ -446,6 +465,8 @@ class QCritic:
         self._n = min(self._n + n, self.buffer_size)
         self._pending += n
         self.n_seen += n
+        if self.novelty_model is not None:
+            self.novelty_model.observe(self._features(next_obs))
 
     def replay_states(self, n_visited: int, policy=None) -> np.ndarray | None:
         """``replay_states`` x ``n_visited`` states from the replay, chosen as ``replay_pool``
@@ -483,6 +504,8 @@ class QCritic:
 
     def _td_target(self, i: np.ndarray, next_value: torch.Tensor) -> torch.Tensor:
         r = torch.as_tensor(self._data["rewards"][i], device=self.device)
+        if self.novelty_model is not None:  # the env's reward plus the next state's novelty
+            r = r + self.novelty * self.novelty_model.bonus(self._features(take_obs(self._data["next_obs"], i)))
         done = torch.as_tensor(self._data["terminated"][i], device=self.device)
         return r + self.gamma * (1 - done) * bootstrap_values(next_value, self.bootstrap)
 
@@ -508,6 +531,8 @@ class QCritic:
                 torch._foreach_mul_(target, 1 - self.tau)
                 torch._foreach_add_(target, online, alpha=self.tau)
             losses.append(loss.detach())  # no .item() per step: it would wait for the device on CUDA
+            if self.novelty_model is not None:  # what was novel in this batch is less so now
+                self.novelty_model.train(self._features(take_obs(self._data["next_obs"], i)))
         # float32 losses to float64, averaged as np.mean averaged the .item() floats
         return float(np.mean(torch.stack(losses).cpu().numpy().astype(np.float64)))
 

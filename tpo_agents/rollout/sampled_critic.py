@@ -84,7 +84,7 @@ class SampledActionCritic(QCritic):
     Takes every option of :class:`~tpo_agents.rollout.critic.QCritic` (``gamma``,
     ``net_arch``, ``learning_rate``, ``buffer_size``, ``batch_size``, ``updates_per_step``,
     ``tau``, the floors, ``n_critics``, ``noise_scale``, ``replay_states``,
-    ``learning_starts``, ``bootstrap``), except ``replay_pool`` (prioritized replayed states need every
+    ``learning_starts``, ``bootstrap``, ``novelty``), except ``replay_pool`` (prioritized replayed states need every
     action's score; only 1 is accepted), and:
 
     :param action_space: the env's (single) action space, one of :data:`SAMPLED_ACTION_SPACES`.

@@ -1,0 +1,120 @@
+"""The critic's novelty bonus (random network distillation): its statistics, its scale, what
+it adds to the TD target, and that it travels with a saved agent."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from tpo_agents import TPO, MlpPolicy
+from tpo_agents.rollout.critic import QCritic
+from tpo_agents.rollout.novelty import RandomNetworkNovelty
+from tpo_agents.rollout.sampled_critic import SampledActionCritic
+
+
+def test_running_statistics_are_those_of_every_observation_seen():
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(loc=[3.0, -0.02], scale=[2.0, 0.01], size=(n, 2)).astype(np.float32) for n in (5, 64, 1, 30)]
+    model = RandomNetworkNovelty(2, seed=0)
+    for b in batches:
+        model.observe(torch.as_tensor(b))
+    every = np.concatenate(batches)
+    assert model.count == len(every)
+    np.testing.assert_allclose(model.mean.numpy(), every.mean(0), rtol=1e-5)
+    np.testing.assert_allclose((model.m2 / model.count).numpy(), every.var(0), rtol=1e-4)
+
+
+def test_what_the_predictor_trained_on_is_less_novel_than_what_it_never_saw():
+    rng = np.random.default_rng(0)
+    seen = torch.as_tensor(rng.normal(0.0, 0.1, (256, 2)), dtype=torch.float32)
+    unseen = seen + torch.tensor([1.5, -1.5])  # 15 standard deviations away in each input
+    model = RandomNetworkNovelty(2, seed=0)
+    model.observe(torch.cat([seen, unseen]))  # the standardisation knows both; the predictor one
+    first = model.bonus(seen)
+    assert float(first.pow(2).mean()) == pytest.approx(1.0, rel=1e-5)  # the first batch sets the scale
+    losses = [model.train(seen) for _ in range(300)]
+    assert losses[-1] < 0.1 * losses[0]
+    assert model.bonus(unseen).mean() > 10 * model.bonus(seen).mean()
+
+
+def test_the_networks_come_from_the_seed_and_leave_the_global_generator_alone():
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    a, b = RandomNetworkNovelty(3, seed=7), RandomNetworkNovelty(3, seed=7)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    x = torch.randn(4, 3)
+    assert torch.equal(a.fixed(x), b.fixed(x)) and torch.equal(a.predictor(x), b.predictor(x))
+    assert not torch.equal(a.fixed(x), RandomNetworkNovelty(3, seed=8).fixed(x))
+
+
+def _fed_critic(cls, novelty, n=64, **kwargs):
+    obs_space = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
+    rng = np.random.default_rng(0)
+    if cls is QCritic:
+        critic, actions = QCritic(obs_space, 3, novelty=novelty, batch_size=32, seed=0, **kwargs), rng.integers(0, 3, n)
+    else:
+        act_space = spaces.Box(-1.0, 1.0, (2,), dtype=np.float32)
+        critic = SampledActionCritic(obs_space, act_space, novelty=novelty, batch_size=32, seed=0, **kwargs)
+        actions = rng.uniform(-1, 1, (n, 2)).astype(np.float32)
+    obs, nxt = (rng.uniform(-1, 1, (n, 3)).astype(np.float32) for _ in range(2))
+    critic.add(obs, actions, rng.normal(size=n).astype(np.float32), nxt, rng.random(n) < 0.2)
+    return critic
+
+
+@pytest.mark.parametrize("cls", [QCritic, SampledActionCritic])
+def test_the_td_target_adds_the_weighted_novelty_of_the_next_state(cls):
+    critic = _fed_critic(cls, novelty=0.5)
+    i = np.arange(32)
+    bonus = torch.linspace(0.0, 3.0, 32)
+    critic.novelty_model.bonus = lambda x: bonus  # what the target does with it, not its value
+    next_value = torch.randn(critic.n_critics, 32)
+    r = torch.as_tensor(critic._data["rewards"][i])
+    done = torch.as_tensor(critic._data["terminated"][i])
+    expected = r + 0.5 * bonus + critic.gamma * (1 - done) * next_value
+    torch.testing.assert_close(critic._td_target(i, next_value), expected)
+    # Without the option there is no model and the target is the env's alone.
+    plain = _fed_critic(cls, novelty=0.0)
+    assert plain.novelty_model is None
+    torch.testing.assert_close(plain._td_target(i, next_value), r + plain.gamma * (1 - done) * next_value)
+
+
+def test_each_critic_step_trains_the_predictor_on_its_batch():
+    critic = _fed_critic(QCritic, novelty=1.0, updates_per_step=1.0)
+    before = [p.detach().clone() for p in critic.novelty_model.predictor.parameters()]
+    policy = MlpPolicy(critic.observation_space, spaces.Discrete(3), lambda _: 1e-3)
+    critic.update(policy)
+    after = list(critic.novelty_model.predictor.parameters())
+    assert all(not torch.equal(a, b) for a, b in zip(after, before))
+    assert critic.novelty_model.count == 64
+
+
+def test_bad_novelty_settings_are_refused_naming_the_value():
+    obs_space = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
+    with pytest.raises(ValueError, match="novelty"):
+        QCritic(obs_space, 3, novelty=-1.0)
+    image = spaces.Dict({"pos": spaces.Box(-1.0, 1.0, (2,), dtype=np.float32), "flag": spaces.Discrete(2)})
+    with pytest.raises(ValueError, match="novelty=0.5 needs flat observations"):
+        QCritic(image, 3, novelty=0.5)
+
+
+def test_an_agent_with_a_novelty_bonus_learns_saves_and_loads_it(tmp_path):
+    model = TPO("MlpPolicy", "MountainCar-v0", critic_kwargs={"novelty": 1.0}, seed=0).learn(600)
+    nov = model.critic.novelty_model
+    assert model.critic.novelty == 1.0 and nov.count == model.critic.n_seen >= 600 and nov.bonus_ms is not None
+    model.save(tmp_path / "m.zip")
+    loaded = TPO.load(tmp_path / "m.zip")
+    x = torch.tensor([[-0.5, 0.0], [0.4, 0.05]])
+    lnov = loaded.critic.novelty_model
+    assert lnov.count == nov.count and torch.equal(lnov.mean, nov.mean)
+    assert torch.equal(lnov.predictor(x), nov.predictor(x)) and torch.equal(lnov.fixed(x), nov.fixed(x))
+    # A critic pickled before the option reads as one without it.
+    state = QCritic(spaces.Box(-1.0, 1.0, (3,), dtype=np.float32), 3).__getstate__()
+    del state["novelty"], state["novelty_model"]
+    old = QCritic.__new__(QCritic)
+    old.__setstate__(state)
+    assert old.novelty == 0.0 and old.novelty_model is None
+    assert pickle.loads(pickle.dumps(old)).novelty_model is None
