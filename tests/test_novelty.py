@@ -118,3 +118,54 @@ def test_an_agent_with_a_novelty_bonus_learns_saves_and_loads_it(tmp_path):
     old.__setstate__(state)
     assert old.novelty == 0.0 and old.novelty_model is None
     assert pickle.loads(pickle.dumps(old)).novelty_model is None
+
+
+def _add(critic, rewards, terminated):
+    n = len(rewards)
+    obs = np.zeros((n, 3), dtype=np.float32)
+    critic.add(obs, np.zeros(n, dtype=np.int64), np.asarray(rewards, dtype=np.float32), obs + 0.1, np.asarray(terminated))
+
+
+def test_the_env_signals_with_a_termination_or_a_reward_unlike_the_first():
+    space = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
+    for rewards, terminated, seen in (([-1.0, -1.0], [False, False], False), ([-1.0, 0.0], [False, False], True),
+                                      ([-1.0, -1.0], [False, True], True)):
+        critic = QCritic(space, 3, novelty=1.0, novelty_stop="signal")
+        _add(critic, [-1.0, -1.0], [False, False])  # the first reward seen is -1
+        _add(critic, rewards, terminated)
+        assert critic.signal_seen is seen and critic.novelty_active is (not seen)
+        if not seen:
+            _add(critic, [-1.0], [True])
+            assert critic.signal_seen and not critic.novelty_active
+    never = QCritic(space, 3, novelty=1.0)  # novelty_stop="never": a signal changes nothing
+    _add(never, [0.0, 1.0], [True, False])
+    assert never.signal_seen and never.novelty_active
+    with pytest.raises(ValueError, match="novelty_stop must be one of .*'never', 'signal'.*got 'goal'"):
+        QCritic(space, 3, novelty=1.0, novelty_stop="goal")
+
+
+def test_a_stopped_bonus_leaves_the_target_and_the_predictor_alone():
+    critic = _fed_critic(QCritic, novelty=1.0, novelty_stop="signal", updates_per_step=1.0)
+    assert critic.signal_seen  # _fed_critic's rewards are normal draws, some of them terminal
+    i = np.arange(32)
+    next_value = torch.randn(critic.n_critics, 32)
+    r = torch.as_tensor(critic._data["rewards"][i])
+    done = torch.as_tensor(critic._data["terminated"][i])
+    torch.testing.assert_close(critic._td_target(i, next_value), r + critic.gamma * (1 - done) * next_value)
+    before = [p.detach().clone() for p in critic.novelty_model.predictor.parameters()]
+    critic.update(MlpPolicy(critic.observation_space, spaces.Discrete(3), lambda _: 1e-3))
+    assert all(torch.equal(a, b) for a, b in zip(critic.novelty_model.predictor.parameters(), before))
+    assert critic.novelty_model.count == 0
+
+
+def test_a_run_whose_env_signals_before_the_first_critic_step_is_the_run_without_the_bonus():
+    # CartPole's random episodes end within a few dozen steps, long before the critic's first
+    # batch of 256 transitions: the bonus stopped at the signal never entered a target.
+    plain = TPO("MlpPolicy", "CartPole-v1", seed=3).learn(1500)
+    gated = TPO("MlpPolicy", "CartPole-v1", seed=3, critic_kwargs={"novelty": 1.0, "novelty_stop": "signal"}).learn(1500)
+    nov = gated.critic.novelty_model
+    assert gated.critic.signal_seen and nov.count < gated.critic.batch_size and nov.bonus_ms is None  # never scored
+    for a, b in zip(plain.policy.parameters(), gated.policy.parameters()):
+        assert torch.equal(a, b)
+    for a, b in zip(plain.critic.q.parameters(), gated.critic.q.parameters()):
+        assert torch.equal(a, b)

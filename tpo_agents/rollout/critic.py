@@ -49,6 +49,8 @@ __all__ = [
 
 BOOTSTRAPS = ("own", "min")
 """How the critics of an ensemble bootstrap (:func:`bootstrap_values`)."""
+NOVELTY_STOPS = ("never", "signal")
+"""When a critic's novelty bonus stops (``novelty_stop``)."""
 
 
 def critic_features_extractor(
@@ -285,6 +287,11 @@ class QCritic:
         (:mod:`tpo_agents.rollout.novelty`, random network distillation; the bonus is on the
         scale of 1): an exploration drive where every action scores alike until a first
         success. 0 (default) adds nothing. Flat observations only.
+    :param novelty_stop: ``"never"`` (default): the bonus is added for the whole run;
+        ``"signal"``: only until the env first gives a signal, a termination or a reward unlike
+        the first one seen (:attr:`signal_seen`); from then on the critic learns the env's
+        reward alone, and a run whose env signals before the first critic step is the run
+        without the bonus.
     """
 
     def __init__(
@@ -312,6 +319,7 @@ class QCritic:
         seed: int | None = None,
         bootstrap: str = "own",
         novelty: float = 0.0,
+        novelty_stop: str = "never",
     ):
         self.observation_space, self.n_actions, self.device = observation_space, n_actions, torch.device(device)
         self.gamma, self.batch_size, self.updates_per_step, self.tau = gamma, batch_size, updates_per_step, tau
@@ -327,6 +335,12 @@ class QCritic:
         self.normalize_images = bool(normalize_images)
         self.bootstrap = check_bootstrap(bootstrap)  # a bad value fails here, not mid-run
         self.novelty = real_number("novelty", novelty, at_least=0.0)
+        if novelty_stop not in NOVELTY_STOPS:
+            raise ValueError(f"novelty_stop must be one of {NOVELTY_STOPS}; got {novelty_stop!r}")
+        self.novelty_stop = novelty_stop
+        self.signal_seen = False
+        """Whether a stored transition has terminated or had a reward unlike the first one."""
+        self._first_reward: float | None = None
         extractor = critic_features_extractor(observation_space, features_extractor_class, features_extractor_kwargs)
         self.features_extractor = None if extractor is None else extractor.to(self.device)
         """The trainable observation encoder (Dict and image observations), else None."""
@@ -365,6 +379,9 @@ class QCritic:
         state.setdefault("bootstrap", "own")  # pickled before the option: the only rule then
         state.setdefault("novelty", 0.0)
         state.setdefault("novelty_model", None)
+        state.setdefault("novelty_stop", "never")
+        state.setdefault("signal_seen", True)  # unknown: a bonus stopped at a signal stays off
+        state.setdefault("_first_reward", None)
         rows = state.pop("_data_rows", None)
         if rows is not None:  # the replay was pickled without its unwritten rows: put them back
             filled = state["_data"]
@@ -465,8 +482,18 @@ class QCritic:
         self._n = min(self._n + n, self.buffer_size)
         self._pending += n
         self.n_seen += n
-        if self.novelty_model is not None:
+        if not self.signal_seen:
+            rewards = np.asarray(rewards, dtype=np.float32).reshape(-1)
+            if self._first_reward is None and len(rewards):
+                self._first_reward = float(rewards[0])
+            self.signal_seen = bool(np.any(terminated)) or bool(np.any(rewards != self._first_reward))
+        if self.novelty_active:
             self.novelty_model.observe(self._features(next_obs))
+
+    @property
+    def novelty_active(self) -> bool:
+        """Whether the novelty bonus is added now (``novelty > 0``, and not stopped by a signal)."""
+        return self.novelty_model is not None and not (self.novelty_stop == "signal" and self.signal_seen)
 
     def replay_states(self, n_visited: int, policy=None) -> np.ndarray | None:
         """``replay_states`` x ``n_visited`` states from the replay, chosen as ``replay_pool``
@@ -504,7 +531,7 @@ class QCritic:
 
     def _td_target(self, i: np.ndarray, next_value: torch.Tensor) -> torch.Tensor:
         r = torch.as_tensor(self._data["rewards"][i], device=self.device)
-        if self.novelty_model is not None:  # the env's reward plus the next state's novelty
+        if self.novelty_active:  # the env's reward plus the next state's novelty
             r = r + self.novelty * self.novelty_model.bonus(self._features(take_obs(self._data["next_obs"], i)))
         done = torch.as_tensor(self._data["terminated"][i], device=self.device)
         return r + self.gamma * (1 - done) * bootstrap_values(next_value, self.bootstrap)
@@ -531,7 +558,7 @@ class QCritic:
                 torch._foreach_mul_(target, 1 - self.tau)
                 torch._foreach_add_(target, online, alpha=self.tau)
             losses.append(loss.detach())  # no .item() per step: it would wait for the device on CUDA
-            if self.novelty_model is not None:  # what was novel in this batch is less so now
+            if self.novelty_active:  # what was novel in this batch is less so now
                 self.novelty_model.train(self._features(take_obs(self._data["next_obs"], i)))
         # float32 losses to float64, averaged as np.mean averaged the .item() floats
         return float(np.mean(torch.stack(losses).cpu().numpy().astype(np.float64)))
