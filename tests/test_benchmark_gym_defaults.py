@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 pytest.importorskip("yaml")
@@ -375,3 +376,27 @@ def test_an_env_whose_gymnasium_module_says_a_dependency_is_missing_is_skipped_w
     module = config.ENVS["LunarLander-v3"].requires  # the module-scoped gd fixture may have swapped it
     assert why.startswith(f"needs {module} (pip install -e '.[box2d]'") and "Box2D is not installed" in why
     assert config.missing_requirement("CartPole-v1") is None  # no requirement: nothing imported
+
+
+def test_tune_runs_given_arguments_on_tuning_seeds_and_refuses_the_reported_ones(tmp_path, capsys):
+    from benchmarks.gym_defaults import tune
+
+    out = tmp_path / "t.json"
+    kwargs = {"critic_kwargs": {"novelty": 1.0, "novelty_stop": "signal"}}
+    result = tune.main(["--env", "IdentityEnv-10", "--method", "tpo", "--seeds", "100", "101",
+                        "--kwargs", json.dumps(kwargs), "--timesteps-scale", "0.02", "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    assert result["constructor_kwargs"] == kwargs and [r["seed"] for r in result["runs"]] == [100, 101]
+    for run in result["runs"]:
+        assert len(run["returns"]) == 21 and run["last_evals_mean"] == pytest.approx(np.mean(run["returns"][-5:]))
+        assert run["num_timesteps"] >= result["timesteps"] == 200
+    assert result["summary"]["worst"] == min(r["last_evals_mean"] for r in result["runs"])
+    # The arguments reach the agent: a critic kwarg the critic refuses fails the run.
+    with pytest.raises(ValueError, match="novelty_stop must be one of"):
+        tune.tune("IdentityEnv-10", "tpo", [100], {"critic_kwargs": {"novelty_stop": "goal"}}, 0.02)
+    for argv, why in ((["--seeds", "3", "100"], "seeds \\[3\\] are the table's reported seeds"),
+                      (["--kwargs", "[1]"], "--kwargs must be a JSON object"),
+                      (["--kwargs", "{bad"], "--kwargs is not JSON")):
+        with pytest.raises(SystemExit):
+            tune.main(["--env", "IdentityEnv-10", "--method", "tpo", "--out", str(out), *argv])
+        assert re.search(why, capsys.readouterr().err)

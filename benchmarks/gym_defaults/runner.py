@@ -68,8 +68,9 @@ def _eval_normalize_class():
     return EvalNormalize
 
 
-def build_agent(run: Run):
-    """The model of ``run`` and its eval env (a seeded one-env ``VecEnv``)."""
+def build_agent(run: Run, constructor_kwargs: dict[str, Any] | None = None):
+    """The model of ``run`` and its eval env (a seeded one-env ``VecEnv``);
+    ``constructor_kwargs`` go to TPO or GRPO (the table's runs give none: their defaults)."""
     from stable_baselines3.common.env_util import make_vec_env
 
     env = ENVS[run.env]
@@ -79,7 +80,7 @@ def build_agent(run: Run):
         from tpo_agents import GRPO, TPO
 
         cls = TPO if run.method == "tpo" else GRPO
-        return cls("MlpPolicy", env.make(), seed=run.seed), eval_env  # defaults: nothing else
+        return cls("MlpPolicy", env.make(), seed=run.seed, **(constructor_kwargs or {})), eval_env
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecNormalize
 
