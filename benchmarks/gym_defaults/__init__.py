@@ -59,6 +59,8 @@ to ``results`` (a scratch folder).
 The package: :mod:`~benchmarks.gym_defaults.config` (envs, budgets, methods, rl-zoo3's PPO
 hyperparameters), :mod:`~benchmarks.gym_defaults.runner` (one run, the cache, the sweep),
 :mod:`~benchmarks.gym_defaults.report` (summaries, JSON/MD/PNG) and
-:mod:`~benchmarks.gym_defaults.cli` (the command line; ``__main__`` runs it).
+:mod:`~benchmarks.gym_defaults.cli` (the command line; ``__main__`` runs it) and
+:mod:`~benchmarks.gym_defaults.tune` (a candidate default's constructor arguments on tuning
+seeds, 100 and up, before the table's seeds see it).
 """
 
