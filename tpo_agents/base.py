@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import inspect
 import os
 import pathlib
 import sys
@@ -561,10 +560,9 @@ class GroupedAlgorithm(BaseAlgorithm):
     def resolved_critic_bootstrap(self) -> str:
         """How the critics of ``critic`` groups bootstrap: ``critic_kwargs["bootstrap"]``, or
         the critics' default (both critic classes share it)."""
-        from tpo_agents.rollout.critic import QCritic
+        from tpo_agents.rollout.critic import DEFAULT_BOOTSTRAP
 
-        default = inspect.signature(QCritic).parameters["bootstrap"].default
-        return self.critic_kwargs.get("bootstrap", default)
+        return self.critic_kwargs.get("bootstrap", DEFAULT_BOOTSTRAP)
 
     def _step_hook(self, callback: BaseCallback) -> OnStep:
         """The bookkeeping after each vector step of a rollout, as the collectors call it."""

@@ -28,6 +28,7 @@ import numpy as np
 from benchmarks.gym_defaults.config import ENVS
 from benchmarks.gym_defaults.runner import build_agent, plan_runs
 from benchmarks.harness import LAST_EVALS, train_run
+from tpo_agents.atomic import write_json_atomic
 from zoo.jobs.sweep import code_version
 
 REPORTED_SEEDS = range(5)
@@ -85,9 +86,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     except ValueError as exc:
         parser.error(str(exc))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    tmp.replace(args.out)  # atomic: a reader sees the old file or the whole new one
+    write_json_atomic(args.out, result)
     print(f"{args.env} {args.method} {kwargs}: mean {result['summary']['mean']:.1f}, worst "
           f"{result['summary']['worst']:.1f} -> {args.out}")
     return result

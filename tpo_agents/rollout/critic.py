@@ -49,6 +49,8 @@ __all__ = [
 
 BOOTSTRAPS = ("own", "min")
 """How the critics of an ensemble bootstrap (:func:`bootstrap_values`)."""
+DEFAULT_BOOTSTRAP = "own"
+"""Both critics' default ``bootstrap``."""
 NOVELTY_STOPS = ("never", "signal")
 """When a critic's novelty bonus stops (``novelty_stop``)."""
 
@@ -317,7 +319,7 @@ class QCritic:
         features_extractor_kwargs: dict[str, Any] | None = None,
         normalize_images: bool = True,
         seed: int | None = None,
-        bootstrap: str = "own",
+        bootstrap: str = DEFAULT_BOOTSTRAP,
         novelty: float = 0.0,
         novelty_stop: str = "never",
     ):

@@ -46,14 +46,12 @@ class RandomNetworkNovelty:
         decay: float = 0.99,
     ):
         self.device = torch.device(device)
-        rng_state = torch.random.get_rng_state()
-        if seed is not None:
-            torch.manual_seed(seed)
-        try:  # the global generator is restored: the agent's own draws do not shift
-            self.fixed = _mlp(in_dim, width, out_dim).to(self.device).requires_grad_(False)
+        # Drawn on CPU from a forked generator: the agent's own draws (CPU and CUDA) do not shift.
+        with torch.random.fork_rng(devices=[]):
+            if seed is not None:
+                torch.random.default_generator.manual_seed(seed)
+            self.fixed = _mlp(in_dim, width, out_dim).requires_grad_(False).to(self.device)
             self.predictor = _mlp(in_dim, width, out_dim).to(self.device)
-        finally:
-            torch.random.set_rng_state(rng_state)
         self.optimizer = torch.optim.Adam(self.predictor.parameters(), lr=learning_rate)
         self.decay = decay
         self.count = 0
