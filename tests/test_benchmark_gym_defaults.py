@@ -314,10 +314,20 @@ def test_a_tpo_run_made_under_other_defaults_is_run_again(gd, tiny, tmp_path, mo
     record = json.loads(path.read_text())
     run = next(r for r in gd.runner.plan_runs(["IdentityEnv-10"], ["tpo"], 1, 0.001, 0.5, 1) if r.seed == 0)
     assert record["resolved"]["target_floor"] == 0.1 and gd.runner.made_with_current_defaults(run, record)
-    # The critics' bootstrap is recorded; a record from before it was means "own", the rule then.
-    assert record["resolved"]["critic_bootstrap"] == "own"
-    record["resolved"].pop("critic_bootstrap")
-    assert gd.runner.made_with_current_defaults(run, record)
+    # The critics' bootstrap and novelty bonus are recorded; a record from before they were
+    # means "own" and no bonus, the rules then: the same run as today's bonus stopped at the
+    # env's first signal where that comes before the critic's first step (IdentityEnv's
+    # rewards differ at once), not where the bonus would be scored (MountainCar's -1s).
+    critic_keys = {"critic_bootstrap": "own", "critic_novelty": 1.0, "critic_novelty_stop": "signal"}
+    assert {k: record["resolved"][k] for k in critic_keys} == critic_keys
+    for key in critic_keys:
+        record["resolved"].pop(key)
+    assert gd.runner.stopped_bonus_never_scored(run) and gd.runner.made_with_current_defaults(run, record)
+    car = next(r for r in gd.runner.plan_runs(["MountainCar-v0"], ["tpo"], 1, 0.01, 0.5, 1) if r.seed == 0)
+    legacy_car = {k: v for k, v in gd.runner.current_defaults(car).items() if k not in critic_keys}
+    assert not gd.runner.stopped_bonus_never_scored(car)
+    assert not gd.runner.made_with_current_defaults(car, {"resolved": legacy_car})
+    assert gd.runner.made_with_current_defaults(car, {"resolved": {**legacy_car, **critic_keys}})
     assert not gd.runner.made_with_current_defaults(run, {**record, "resolved": {**record["resolved"], "critic_bootstrap": "min"}})
     record["resolved"].pop("target_floor")  # as a run made before TPO floored its critic targets
     path.write_text(json.dumps(record))

@@ -284,7 +284,7 @@ def test_critics_bootstrap_from_their_own_target_by_default_or_the_lowest_on_req
     for env, kwargs, want in (("Pendulum-v1", None, "own"), ("Pendulum-v1", {"bootstrap": "min"}, "min"),
                               ("CartPole-v1", None, "own"), ("CartPole-v1", {"bootstrap": "min"}, "min")):
         model = TPO("MlpPolicy", env, critic_kwargs=kwargs, batch_size=8, seed=0)
-        assert model.resolved_critic_bootstrap() == want
+        assert model.resolved_critic_settings()["bootstrap"] == want
         assert model.learn(16).critic.bootstrap == want, (env, kwargs)
     # The TD target with "min": r + gamma (1 - terminated) min_c V_c(s'), the same for every critic.
     critic, policy, feed = _critic_case("sampled")

@@ -51,7 +51,9 @@ def test_the_networks_come_from_the_seed_and_leave_the_global_generator_alone():
     assert not torch.equal(a.fixed(x), RandomNetworkNovelty(3, seed=8).fixed(x))
 
 
-def _fed_critic(cls, novelty, n=64, **kwargs):
+def _fed_critic(cls, novelty, n=64, novelty_stop="never", **kwargs):
+    # The random rewards below are a signal at once: these critics keep the bonus on.
+    kwargs["novelty_stop"] = novelty_stop
     obs_space = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
     rng = np.random.default_rng(0)
     if cls is QCritic:
@@ -101,10 +103,32 @@ def test_bad_novelty_settings_are_refused_naming_the_value():
         QCritic(image, 3, novelty=0.5)
 
 
+def test_by_default_the_bonus_is_on_for_flat_observations_until_a_signal_and_off_for_encoded_ones():
+    flat = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
+    dict_space = spaces.Dict({"pos": spaces.Box(-1.0, 1.0, (2,), dtype=np.float32), "flag": spaces.Discrete(2)})
+    image = spaces.Box(0, 255, (3, 36, 36), dtype=np.uint8)  # channel-first, as VecTransposeImage gives
+    for critic in (QCritic(flat, 3), SampledActionCritic(flat, spaces.Box(-1.0, 1.0, (2,), dtype=np.float32))):
+        assert (critic.novelty, critic.novelty_stop) == (1.0, "signal") and critic.novelty_active
+    for space in (dict_space, image):  # encoded observations: no bonus, and no error
+        critic = QCritic(space, 3)
+        assert critic.novelty == 0.0 and critic.novelty_model is None and not critic.novelty_active
+    assert QCritic(flat, 3, novelty=0.0).novelty_model is None
+    # The agent says what its critic will be before building it, and builds that critic.
+    for env, kwargs, want in (
+        ("MountainCar-v0", None, {"bootstrap": "own", "novelty": 1.0, "novelty_stop": "signal"}),
+        ("MountainCar-v0", {"novelty": 0.0}, {"bootstrap": "own", "novelty": 0.0, "novelty_stop": "signal"}),
+        ("Pendulum-v1", {"novelty": 2.0, "novelty_stop": "never"}, {"bootstrap": "own", "novelty": 2.0, "novelty_stop": "never"}),
+    ):
+        model = TPO("MlpPolicy", env, critic_kwargs=kwargs, batch_size=8, seed=0)
+        assert model.resolved_critic_settings() == want
+        critic = model.learn(16).critic
+        assert {"bootstrap": critic.bootstrap, "novelty": critic.novelty, "novelty_stop": critic.novelty_stop} == want
+
+
 def test_an_agent_with_a_novelty_bonus_learns_saves_and_loads_it(tmp_path):
-    model = TPO("MlpPolicy", "MountainCar-v0", critic_kwargs={"novelty": 1.0}, seed=0).learn(600)
+    model = TPO("MlpPolicy", "MountainCar-v0", seed=0).learn(600)  # the default bonus; no goal yet
     nov = model.critic.novelty_model
-    assert model.critic.novelty == 1.0 and nov.count == model.critic.n_seen >= 600 and nov.bonus_ms is not None
+    assert model.critic.novelty == 1.0 and not model.critic.signal_seen and nov.count == model.critic.n_seen >= 600 and nov.bonus_ms is not None
     model.save(tmp_path / "m.zip")
     loaded = TPO.load(tmp_path / "m.zip")
     x = torch.tensor([[-0.5, 0.0], [0.4, 0.05]])
@@ -113,10 +137,10 @@ def test_an_agent_with_a_novelty_bonus_learns_saves_and_loads_it(tmp_path):
     assert torch.equal(lnov.predictor(x), nov.predictor(x)) and torch.equal(lnov.fixed(x), nov.fixed(x))
     # A critic pickled before the option reads as one without it.
     state = QCritic(spaces.Box(-1.0, 1.0, (3,), dtype=np.float32), 3).__getstate__()
-    del state["novelty"], state["novelty_model"]
+    del state["novelty"], state["novelty_model"], state["novelty_stop"], state["signal_seen"]
     old = QCritic.__new__(QCritic)
     old.__setstate__(state)
-    assert old.novelty == 0.0 and old.novelty_model is None
+    assert old.novelty == 0.0 and old.novelty_model is None and not old.novelty_active
     assert pickle.loads(pickle.dumps(old)).novelty_model is None
 
 
@@ -137,7 +161,7 @@ def test_the_env_signals_with_a_termination_or_a_reward_unlike_the_first():
         if not seen:
             _add(critic, [-1.0], [True])
             assert critic.signal_seen and not critic.novelty_active
-    never = QCritic(space, 3, novelty=1.0)  # novelty_stop="never": a signal changes nothing
+    never = QCritic(space, 3, novelty=1.0, novelty_stop="never")  # a signal changes nothing
     _add(never, [0.0, 1.0], [True, False])
     assert never.signal_seen and never.novelty_active
     with pytest.raises(ValueError, match="novelty_stop must be one of .*'never', 'signal'.*got 'goal'"):
@@ -161,8 +185,8 @@ def test_a_stopped_bonus_leaves_the_target_and_the_predictor_alone():
 def test_a_run_whose_env_signals_before_the_first_critic_step_is_the_run_without_the_bonus():
     # CartPole's random episodes end within a few dozen steps, long before the critic's first
     # batch of 256 transitions: the bonus stopped at the signal never entered a target.
-    plain = TPO("MlpPolicy", "CartPole-v1", seed=3).learn(1500)
-    gated = TPO("MlpPolicy", "CartPole-v1", seed=3, critic_kwargs={"novelty": 1.0, "novelty_stop": "signal"}).learn(1500)
+    plain = TPO("MlpPolicy", "CartPole-v1", seed=3, critic_kwargs={"novelty": 0.0}).learn(1500)
+    gated = TPO("MlpPolicy", "CartPole-v1", seed=3).learn(1500)  # the default: stopped at the signal
     nov = gated.critic.novelty_model
     assert gated.critic.signal_seen and nov.count < gated.critic.batch_size and nov.bonus_ms is None  # never scored
     for a, b in zip(plain.policy.parameters(), gated.policy.parameters()):

@@ -557,12 +557,23 @@ class GroupedAlgorithm(BaseAlgorithm):
                 self.critic = SampledActionCritic(self.observation_space, self.action_space, self.device, **kwargs)
         return self.critic
 
-    def resolved_critic_bootstrap(self) -> str:
-        """How the critics of ``critic`` groups bootstrap: ``critic_kwargs["bootstrap"]``, or
-        the critics' default (both critic classes share it)."""
-        from tpo_agents.rollout.critic import DEFAULT_BOOTSTRAP
+    def resolved_critic_settings(self) -> dict[str, Any]:
+        """What the critic of ``critic`` groups is set to, defaults resolved on this agent's
+        observation space without building it: ``bootstrap``, ``novelty`` (the bonus's
+        weight, 0 where the critic encodes its observations) and ``novelty_stop``."""
+        from tpo_agents.rollout.critic import (
+            DEFAULT_BOOTSTRAP,
+            DEFAULT_NOVELTY_STOP,
+            resolved_novelty,
+        )
 
-        return self.critic_kwargs.get("bootstrap", DEFAULT_BOOTSTRAP)
+        kwargs = self.critic_kwargs
+        novelty = resolved_novelty(kwargs.get("novelty"), self.observation_space, kwargs.get("features_extractor_class"))
+        return {
+            "bootstrap": kwargs.get("bootstrap", DEFAULT_BOOTSTRAP),
+            "novelty": float(novelty),
+            "novelty_stop": kwargs.get("novelty_stop", DEFAULT_NOVELTY_STOP),
+        }
 
     def _step_hook(self, callback: BaseCallback) -> OnStep:
         """The bookkeeping after each vector step of a rollout, as the collectors call it."""

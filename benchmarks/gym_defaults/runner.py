@@ -109,7 +109,7 @@ def resolved_settings(model) -> dict[str, Any]:
     if grouped:
         settings["group_mode"] = model.resolve_group_mode()
         if settings["group_mode"] == "critic":
-            settings["critic_bootstrap"] = model.resolved_critic_bootstrap()
+            settings.update({f"critic_{k}": v for k, v in model.resolved_critic_settings().items()})
     if hasattr(model, "resolved_target_floor"):  # TPO
         settings["target_floor"] = model.resolved_target_floor()
     return settings
@@ -136,11 +136,48 @@ def made_with_current_defaults(run: Run, record: dict) -> bool:
     did): the row is about the defaults, so it is run again. PPO-zoo records keep."""
     if run.method not in ("tpo", "grpo"):
         return True
-    resolved = record.get("resolved")
+    resolved, current = record.get("resolved"), current_defaults(run)
     if isinstance(resolved, dict) and resolved.get("group_mode") == "critic":
-        # Made before the critics' bootstrap was recorded: every critic bootstrapped from its own.
-        resolved = {"critic_bootstrap": "own", **resolved}
-    return resolved == current_defaults(run)
+        # Made before the critics' bootstrap and novelty bonus were recorded: every critic
+        # bootstrapped from its own target net, with no bonus.
+        resolved = {"critic_bootstrap": "own", "critic_novelty": 0.0, "critic_novelty_stop": "never", **resolved}
+        if (
+            resolved["critic_novelty"] == 0.0
+            and current.get("critic_novelty", 0.0) > 0.0
+            and current.get("critic_novelty_stop") == "signal"
+            and stopped_bonus_never_scored(run)
+        ):  # then no bonus and today's bonus, stopped at the signal, make the same run
+            resolved = {**resolved, "critic_novelty": current["critic_novelty"], "critic_novelty_stop": "signal"}
+    return resolved == current
+
+
+_BONUS_NEVER_SCORED: dict[tuple[str, str, int], bool] = {}
+
+
+def stopped_bonus_never_scored(run: Run) -> bool:
+    """Whether ``run`` with today's defaults sees its env's first signal (a termination or a
+    reward unlike the first) before the critic's first step scores a novelty bonus: then the
+    bonus, stopped at the signal, never enters a TD target and the run is bitwise the run
+    without it (``tests/test_novelty.py``). Found by training the run until one of the two
+    happens (on most envs within the first episode); once per env, method and seed."""
+    key = (run.env, run.method, run.seed)
+    if key not in _BONUS_NEVER_SCORED:
+        from stable_baselines3.common.callbacks import BaseCallback
+
+        class UntilSignalOrBonus(BaseCallback):
+            def _on_step(self) -> bool:
+                critic = self.model.critic
+                if critic is None or critic.novelty_model is None:
+                    return False  # no critic, or no bonus to score
+                return not (critic.signal_seen or critic.novelty_model.bonus_ms is not None)
+
+        model, eval_env = build_agent(run)
+        model.learn(run.timesteps, callback=UntilSignalOrBonus())
+        novelty_model = None if model.critic is None else model.critic.novelty_model
+        _BONUS_NEVER_SCORED[key] = novelty_model is None or novelty_model.bonus_ms is None
+        model.env.close()
+        eval_env.close()
+    return _BONUS_NEVER_SCORED[key]
 
 
 def run_one(run: Run, progress: Any = None) -> dict[str, Any]:

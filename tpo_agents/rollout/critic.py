@@ -39,11 +39,17 @@ from tpo_agents.rollout.observations import obs_buffer, obs_len, put_obs, take_o
 
 __all__ = [
     "BOOTSTRAPS",
+    "DEFAULT_BOOTSTRAP",
+    "DEFAULT_NOVELTY",
+    "DEFAULT_NOVELTY_STOP",
+    "NOVELTY_STOPS",
     "QCritic",
     "QEnsemble",
     "bootstrap_values",
     "critic_advantages",
+    "critic_encodes",
     "critic_features_extractor",
+    "resolved_novelty",
     "target_residual",
 ]
 
@@ -53,6 +59,10 @@ DEFAULT_BOOTSTRAP = "own"
 """Both critics' default ``bootstrap``."""
 NOVELTY_STOPS = ("never", "signal")
 """When a critic's novelty bonus stops (``novelty_stop``)."""
+DEFAULT_NOVELTY = 1.0
+"""Both critics' default ``novelty`` on flat observations (0 where a features extractor encodes them)."""
+DEFAULT_NOVELTY_STOP = "signal"
+"""Both critics' default ``novelty_stop``."""
 
 
 def critic_features_extractor(
@@ -64,14 +74,33 @@ def critic_features_extractor(
     ``CombinedExtractor`` for ``Dict`` observations (a ``NatureCNN`` per image key, the
     other keys flattened), ``NatureCNN`` for images, ``features_extractor_class`` when given;
     None for the other spaces, which the critic reads flattened (``Discrete`` one-hot)."""
+    if not critic_encodes(observation_space, features_extractor_class):
+        return None
     if features_extractor_class is None:
-        if isinstance(observation_space, spaces.Dict):
-            features_extractor_class = CombinedExtractor
-        elif is_image_space(observation_space):
-            features_extractor_class = NatureCNN
-        else:
-            return None
+        features_extractor_class = CombinedExtractor if isinstance(observation_space, spaces.Dict) else NatureCNN
     return features_extractor_class(observation_space, **(features_extractor_kwargs or {}))
+
+
+def critic_encodes(
+    observation_space: spaces.Space, features_extractor_class: type[BaseFeaturesExtractor] | None = None
+) -> bool:
+    """Whether the critic reads ``observation_space`` through a features extractor (given,
+    or SB3's choice for Dict and image observations) rather than flattened."""
+    if features_extractor_class is not None:
+        return True
+    return isinstance(observation_space, spaces.Dict) or is_image_space(observation_space)
+
+
+def resolved_novelty(
+    novelty: float | None,
+    observation_space: spaces.Space,
+    features_extractor_class: type[BaseFeaturesExtractor] | None = None,
+) -> float:
+    """A critic's ``novelty`` weight: the given one, or for None :data:`DEFAULT_NOVELTY` on
+    observations read flattened and 0 on encoded ones (the bonus needs flat observations)."""
+    if novelty is not None:
+        return novelty
+    return 0.0 if critic_encodes(observation_space, features_extractor_class) else DEFAULT_NOVELTY
 
 
 def critic_advantages(
@@ -288,12 +317,16 @@ class QCritic:
     :param novelty: weight of a novelty bonus added to the env's reward in the TD target
         (:mod:`tpo_agents.rollout.novelty`, random network distillation; the bonus is on the
         scale of 1): an exploration drive where every action scores alike until a first
-        success. 0 (default) adds nothing. Flat observations only.
-    :param novelty_stop: ``"never"`` (default): the bonus is added for the whole run;
-        ``"signal"``: only until the env first gives a signal, a termination or a reward unlike
-        the first one seen (:attr:`signal_seen`); from then on the critic learns the env's
-        reward alone, and a run whose env signals before the first critic step is the run
-        without the bonus.
+        success. 0 adds nothing; None (default): :data:`DEFAULT_NOVELTY` (1.0) on flat
+        observations, 0 where a features extractor encodes them (Dict, images), which the
+        bonus does not support.
+    :param novelty_stop: ``"signal"`` (default): the bonus is added only until the env first
+        gives a signal, a termination or a reward unlike the first one seen
+        (:attr:`signal_seen`); from then on the critic learns the env's reward alone, and a run
+        whose env signals before the first critic step (CartPole, FrozenLake, LunarLander,
+        Pendulum) is the run without the bonus. ``"never"``: the bonus is added for the whole
+        run, which drives the policy to rare states even after it has found the reward (it
+        broke CartPole-v1; docs/algorithms.md 4.5).
     """
 
     def __init__(
@@ -320,8 +353,8 @@ class QCritic:
         normalize_images: bool = True,
         seed: int | None = None,
         bootstrap: str = DEFAULT_BOOTSTRAP,
-        novelty: float = 0.0,
-        novelty_stop: str = "never",
+        novelty: float | None = None,
+        novelty_stop: str = DEFAULT_NOVELTY_STOP,
     ):
         self.observation_space, self.n_actions, self.device = observation_space, n_actions, torch.device(device)
         self.gamma, self.batch_size, self.updates_per_step, self.tau = gamma, batch_size, updates_per_step, tau
@@ -336,6 +369,8 @@ class QCritic:
         self.replay_pool = int_at_least("replay_pool", replay_pool, 1)
         self.normalize_images = bool(normalize_images)
         self.bootstrap = check_bootstrap(bootstrap)  # a bad value fails here, not mid-run
+        extractor = critic_features_extractor(observation_space, features_extractor_class, features_extractor_kwargs)
+        novelty = resolved_novelty(novelty, observation_space, features_extractor_class)
         self.novelty = real_number("novelty", novelty, at_least=0.0)
         if novelty_stop not in NOVELTY_STOPS:
             raise ValueError(f"novelty_stop must be one of {NOVELTY_STOPS}; got {novelty_stop!r}")
@@ -343,7 +378,6 @@ class QCritic:
         self.signal_seen = False
         """Whether a stored transition has terminated or had a reward unlike the first one."""
         self._first_reward: float | None = None
-        extractor = critic_features_extractor(observation_space, features_extractor_class, features_extractor_kwargs)
         self.features_extractor = None if extractor is None else extractor.to(self.device)
         """The trainable observation encoder (Dict and image observations), else None."""
         self.features_extractor_target = (
@@ -359,7 +393,7 @@ class QCritic:
             if extractor is not None:
                 raise ValueError(
                     f"novelty={novelty!r} needs flat observations (Box, Discrete, MultiDiscrete, "
-                    f"MultiBinary); got {observation_space}: leave novelty at 0"
+                    f"MultiBinary); got {observation_space}: set novelty to 0 or leave it at None"
                 )
             from tpo_agents.rollout.novelty import RandomNetworkNovelty
 
