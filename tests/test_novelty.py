@@ -150,7 +150,7 @@ def _add(critic, rewards, terminated):
     critic.add(obs, np.zeros(n, dtype=np.int64), np.asarray(rewards, dtype=np.float32), obs + 0.1, np.asarray(terminated))
 
 
-def test_the_env_signals_with_a_termination_or_a_reward_unlike_the_first():
+def test_the_env_signals_with_a_reward_unlike_the_first_or_an_end_of_a_nonzero_stream():
     space = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
     for rewards, terminated, seen in (([-1.0, -1.0], [False, False], False), ([-1.0, 0.0], [False, False], True),
                                       ([-1.0, -1.0], [False, True], True)):
@@ -161,6 +161,13 @@ def test_the_env_signals_with_a_termination_or_a_reward_unlike_the_first():
         if not seen:
             _add(critic, [-1.0], [True])
             assert critic.signal_seen and not critic.novelty_active
+    # Where the first reward is 0 an end is no news (FrozenLake's holes end at the 0 that
+    # wandering earns): only a reward unlike it is.
+    for rewards, terminated, seen in (([0.0, 0.0], [True, True], False), ([0.0, 1.0], [True, True], True)):
+        critic = QCritic(space, 3, novelty=1.0, novelty_stop="signal")
+        _add(critic, [0.0], [False])
+        _add(critic, rewards, terminated)
+        assert critic.signal_seen is seen and critic.novelty_active is (not seen)
     never = QCritic(space, 3, novelty=1.0, novelty_stop="never")  # a signal changes nothing
     _add(never, [0.0, 1.0], [True, False])
     assert never.signal_seen and never.novelty_active

@@ -321,10 +321,11 @@ class QCritic:
         observations, 0 where a features extractor encodes them (Dict, images), which the
         bonus does not support.
     :param novelty_stop: ``"signal"`` (default): the bonus is added only until the env first
-        gives a signal, a termination or a reward unlike the first one seen
-        (:attr:`signal_seen`); from then on the critic learns the env's reward alone, and a run
-        whose env signals before the first critic step (CartPole, FrozenLake, LunarLander,
-        Pendulum) is the run without the bonus. ``"never"``: the bonus is added for the whole
+        gives a signal, a reward unlike the first one seen or, where that first reward is not
+        0, a termination (:attr:`signal_seen`; FrozenLake's holes, which end at the 0 that
+        wandering earns, are no signal, its goal is); from then on the critic learns the env's
+        reward alone, and a run whose env signals before the first critic step (CartPole,
+        LunarLander, Pendulum) is the run without the bonus. ``"never"``: the bonus is added for the whole
         run, which drives the policy to rare states even after it has found the reward (it
         broke CartPole-v1; docs/algorithms.md 4.5).
     """
@@ -376,7 +377,8 @@ class QCritic:
             raise ValueError(f"novelty_stop must be one of {NOVELTY_STOPS}; got {novelty_stop!r}")
         self.novelty_stop = novelty_stop
         self.signal_seen = False
-        """Whether a stored transition has terminated or had a reward unlike the first one."""
+        """Whether a stored transition had a reward unlike the first one, or terminated
+        where the first reward is not 0."""
         self._first_reward: float | None = None
         self.features_extractor = None if extractor is None else extractor.to(self.device)
         """The trainable observation encoder (Dict and image observations), else None."""
@@ -522,7 +524,11 @@ class QCritic:
             rewards = np.asarray(rewards, dtype=np.float32).reshape(-1)
             if self._first_reward is None and len(rewards):
                 self._first_reward = float(rewards[0])
-            self.signal_seen = bool(np.any(terminated)) or bool(np.any(rewards != self._first_reward))
+            # An end is news only where going on was worth something (the first reward, kept up,
+            # is worth r / (1 - gamma) != 0): FrozenLake's holes end at the 0 that wandering
+            # earns, CartPole's and MountainCar's ends stop a stream of +1 or -1.
+            ended = self._first_reward != 0.0 and bool(np.any(terminated))
+            self.signal_seen = ended or bool(np.any(rewards != self._first_reward))
         if self.novelty_active:
             self.novelty_model.observe(self._features(next_obs))
 
