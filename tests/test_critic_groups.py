@@ -99,7 +99,8 @@ def test_tpo_with_default_hyperparameters_swings_up_acrobot():
 
 def test_the_default_novelty_bonus_swings_acrobot_up_within_20k_steps():
     # Without it the first swing-ups come at 30k-40k steps (the test above); with the bonus,
-    # stopped at the first termination, the critic tells the actions apart from the start.
+    # stopped at the first termination (a signal: the first reward, -1, is not 0), the critic
+    # tells the actions apart from the start.
     model = TPO("MlpPolicy", "Acrobot-v1", seed=0).learn(20_000)
     assert model.critic.novelty == 1.0 and model.critic.signal_seen and not model.critic.novelty_active
     mean_return, _ = evaluate_policy(model, gym.make("Acrobot-v1"), n_eval_episodes=5, deterministic=True, warn=False)

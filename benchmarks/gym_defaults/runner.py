@@ -155,8 +155,8 @@ _BONUS_NEVER_SCORED: dict[tuple[str, str, int], bool] = {}
 
 
 def stopped_bonus_never_scored(run: Run) -> bool:
-    """Whether ``run`` with today's defaults sees its env's first signal (a termination or a
-    reward unlike the first) before the critic's first step scores a novelty bonus: then the
+    """Whether ``run`` with today's defaults sees its env's first signal
+    (``QCritic.signal_seen``) before the critic's first step scores a novelty bonus: then the
     bonus, stopped at the signal, never enters a TD target and the run is bitwise the run
     without it (``tests/test_novelty.py``). Found by training the run until one of the two
     happens (on most envs within the first episode); once per env, method and seed."""
