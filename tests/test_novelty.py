@@ -128,7 +128,8 @@ def test_by_default_the_bonus_is_on_for_flat_observations_until_a_signal_and_off
 def test_an_agent_with_a_novelty_bonus_learns_saves_and_loads_it(tmp_path):
     model = TPO("MlpPolicy", "MountainCar-v0", seed=0).learn(600)  # the default bonus; no goal yet
     nov = model.critic.novelty_model
-    assert model.critic.novelty == 1.0 and not model.critic.signal_seen and nov.count == model.critic.n_seen >= 600 and nov.bonus_ms is not None
+    assert model.critic.novelty == 1.0 and not model.critic.signal_seen and nov.count == model.critic.n_seen >= 600
+    assert model.critic.novelty_scored
     model.save(tmp_path / "m.zip")
     loaded = TPO.load(tmp_path / "m.zip")
     x = torch.tensor([[-0.5, 0.0], [0.4, 0.05]])
@@ -195,7 +196,7 @@ def test_a_run_whose_env_signals_before_the_first_critic_step_is_the_run_without
     plain = TPO("MlpPolicy", "CartPole-v1", seed=3, critic_kwargs={"novelty": 0.0}).learn(1500)
     gated = TPO("MlpPolicy", "CartPole-v1", seed=3).learn(1500)  # the default: stopped at the signal
     nov = gated.critic.novelty_model
-    assert gated.critic.signal_seen and nov.count < gated.critic.batch_size and nov.bonus_ms is None  # never scored
+    assert gated.critic.signal_seen and nov.count < gated.critic.batch_size and not gated.critic.novelty_scored
     for a, b in zip(plain.policy.parameters(), gated.policy.parameters()):
         assert torch.equal(a, b)
     for a, b in zip(plain.critic.q.parameters(), gated.critic.q.parameters()):

@@ -165,16 +165,13 @@ def stopped_bonus_never_scored(run: Run) -> bool:
         from stable_baselines3.common.callbacks import BaseCallback
 
         class UntilSignalOrBonus(BaseCallback):
-            def _on_step(self) -> bool:
+            def _on_step(self) -> bool:  # go on while the bonus is on and not yet scored
                 critic = self.model.critic
-                if critic is None or critic.novelty_model is None:
-                    return False  # no critic, or no bonus to score
-                return not (critic.signal_seen or critic.novelty_model.bonus_ms is not None)
+                return critic is not None and critic.novelty_active and not critic.novelty_scored
 
         model, eval_env = build_agent(run)
         model.learn(run.timesteps, callback=UntilSignalOrBonus())
-        novelty_model = None if model.critic is None else model.critic.novelty_model
-        _BONUS_NEVER_SCORED[key] = novelty_model is None or novelty_model.bonus_ms is None
+        _BONUS_NEVER_SCORED[key] = model.critic is None or not model.critic.novelty_scored
         model.env.close()
         eval_env.close()
     return _BONUS_NEVER_SCORED[key]

@@ -537,6 +537,11 @@ class QCritic:
         """Whether the novelty bonus is added now (``novelty > 0``, and not stopped by a signal)."""
         return self.novelty_model is not None and not (self.novelty_stop == "signal" and self.signal_seen)
 
+    @property
+    def novelty_scored(self) -> bool:
+        """Whether a novelty bonus has entered a TD target (a critic step ran with it on)."""
+        return self.novelty_model is not None and self.novelty_model.bonus_ms is not None
+
     def replay_states(self, n_visited: int, policy=None) -> np.ndarray | None:
         """``replay_states`` x ``n_visited`` states from the replay, chosen as ``replay_pool``
         says (``policy``: the current one, for the priorities; without it, uniformly);
