@@ -155,6 +155,20 @@ def test_the_gaussian_mean_stays_inside_finite_bounds_and_passes_through_unbound
     assert GaussianMlpPolicy(**linear._get_constructor_parameters()).squash_mean is False
 
 
+
+def test_a_non_finite_observation_is_refused_by_the_gaussian_policy_naming_the_cause():
+    """The distribution is built without torch's argument checks (they cost more than the
+    forward); the one that can fail, a non-finite mean, is still an error that says why."""
+    policy = GaussianMlpPolicy(spaces.Box(-1, 1, (3,)), spaces.Box(-2, 2, (1,)), lambda _: 1e-3)
+    obs = torch.zeros(2, 3)
+    obs[1, 0] = float("nan")
+    with pytest.raises(ValueError, match="not finite.*observation holds NaN or inf"):
+        policy.sample_actions(obs, 4)
+    rows, actions = torch.tensor([0]), torch.zeros(1, 1)
+    with pytest.raises(ValueError, match="not finite"):
+        policy.step_log_probs(obs, rows, actions)
+    assert policy.sample_actions(obs[:1], 4).shape == (1, 4, 1)  # finite rows still sample
+
 def test_a_gaussian_agent_saved_before_the_bounded_mean_loads_with_its_linear_mean(tmp_path):
     """New agents write squash_mean into their policy_kwargs, so a save says which mean it acts
     through; a save without the key (made before the bounded mean) loads with the linear

@@ -107,6 +107,25 @@ def test_a_step_that_makes_weights_non_finite_is_undone():
     assert all(torch.equal(moments[k][n], after[k][n]) for k in moments for n in moments[k])
 
 
+
+def test_an_undone_first_step_leaves_the_optimizer_without_state():
+    # The very first policy step creates Adam's moments; undone, there must be none, so the
+    # next step is a first step again (not one from moments of the overflowed update).
+    model = TPO("MlpPolicy", "MultiContextBandit-v0", batch_size=8, seed=0, learning_rate=1e-3)
+    before = weights(model)
+    real_step = model.policy.optimizer.step
+
+    def overflowing_step(*args, **kwargs):
+        real_step(*args, **kwargs)
+        with torch.no_grad():
+            next(model.policy.parameters()).view(-1)[0] = float("inf")
+
+    model.policy.optimizer.step = overflowing_step
+    with pytest.raises(FloatingPointError, match=r"step was undone"):
+        model.learn(8)
+    assert all(torch.equal(a, b) for a, b in zip(before, weights(model)))
+    assert len(model.policy.optimizer.state) == 0
+
 @pytest.mark.parametrize("algo", [TPO, GRPO], ids=lambda a: a.__name__)
 def test_all_equal_rewards_leave_the_weights_bitwise_unchanged(algo):
     # H = 10 terminal reward: a random policy never reverses 10 tokens, so every group's
