@@ -172,9 +172,43 @@ def test_the_env_signals_with_a_reward_unlike_the_first_or_an_end_of_a_nonzero_s
     never = QCritic(space, 3, novelty=1.0, novelty_stop="never")  # a signal changes nothing
     _add(never, [0.0, 1.0], [True, False])
     assert never.signal_seen and never.novelty_active
-    with pytest.raises(ValueError, match="novelty_stop must be one of .*'never', 'signal'.*got 'goal'"):
+    with pytest.raises(ValueError, match="novelty_stop must be one of .*'never', 'signal', 'fade'.*got 'goal'"):
         QCritic(space, 3, novelty=1.0, novelty_stop="goal")
 
+
+
+def test_a_fading_bonus_halves_every_half_life_after_a_signal_that_came_after_a_scored_bonus():
+    space = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
+    policy = MlpPolicy(space, spaces.Discrete(3), lambda _: 1e-3)
+    critic = QCritic(space, 3, novelty=0.5, novelty_stop="fade", novelty_half_life=100, batch_size=8, updates_per_step=1.0)
+    _add(critic, [-1.0] * 8, [False] * 8)
+    critic.update(policy)  # a critic step with the bonus: it has been scored
+    assert critic.novelty_scored and critic.novelty_weight == 0.5
+    _add(critic, [-1.0, 0.0], [False, False])  # the signal, at 10 transitions seen
+    assert critic.signal_seen and critic._fade_from == 10 and critic.novelty_weight == 0.5
+    _add(critic, [-1.0] * 100, [False] * 100)
+    assert critic.novelty_weight == pytest.approx(0.25) and critic.novelty_active
+    i = np.arange(8)
+    bonus = torch.linspace(0.0, 3.0, 8)
+    critic.novelty_model.bonus = lambda x: bonus
+    next_value = torch.zeros(critic.n_critics, 8)
+    r = torch.as_tensor(critic._data["rewards"][i])
+    torch.testing.assert_close(critic._td_target(i, next_value), (r + 0.25 * bonus).expand(critic.n_critics, 8))
+    _add(critic, [-1.0] * 901, [False] * 901)  # past ten half-lives: off, no bonus and no predictor steps
+    assert critic.novelty_weight == 0.0 and not critic.novelty_active
+    torch.testing.assert_close(critic._td_target(i, next_value), r.expand(critic.n_critics, 8))
+    # A signal before any bonus was scored (no critic step yet) stops it at once, as "signal" does.
+    early = QCritic(space, 3, novelty=0.5, novelty_stop="fade", novelty_half_life=100)
+    _add(early, [-1.0, -1.0], [False, True])
+    assert early.signal_seen and early._fade_from is None and early.novelty_weight == 0.0
+    with pytest.raises(ValueError, match="novelty_half_life must be a finite number > 0; got 0"):
+        QCritic(space, 3, novelty_stop="fade", novelty_half_life=0)
+    # A critic pickled before the option has no fade and its stop rule's weight.
+    state = QCritic(space, 3).__getstate__()
+    del state["novelty_half_life"], state["_fade_from"]
+    old = QCritic.__new__(QCritic)
+    old.__setstate__(state)
+    assert old.novelty_weight == 1.0 and old._fade_from is None
 
 def test_a_stopped_bonus_leaves_the_target_and_the_predictor_alone():
     critic = _fed_critic(QCritic, novelty=1.0, novelty_stop="signal", updates_per_step=1.0)

@@ -41,6 +41,7 @@ __all__ = [
     "BOOTSTRAPS",
     "DEFAULT_BOOTSTRAP",
     "DEFAULT_NOVELTY",
+    "DEFAULT_NOVELTY_HALF_LIFE",
     "DEFAULT_NOVELTY_STOP",
     "NOVELTY_STOPS",
     "QCritic",
@@ -57,12 +58,17 @@ BOOTSTRAPS = ("own", "min")
 """How the critics of an ensemble bootstrap (:func:`bootstrap_values`)."""
 DEFAULT_BOOTSTRAP = "own"
 """Both critics' default ``bootstrap``."""
-NOVELTY_STOPS = ("never", "signal")
+NOVELTY_STOPS = ("never", "signal", "fade")
 """When a critic's novelty bonus stops (``novelty_stop``)."""
 DEFAULT_NOVELTY = 1.0
 """Both critics' default ``novelty`` on flat observations (0 where a features extractor encodes them)."""
 DEFAULT_NOVELTY_STOP = "signal"
 """Both critics' default ``novelty_stop``."""
+DEFAULT_NOVELTY_HALF_LIFE = 10_000
+"""Transitions over which a fading bonus's weight halves after the signal (``novelty_stop="fade"``)."""
+NOVELTY_FLOOR = 2.0**-10
+"""A fading bonus whose weight has fallen below this fraction of ``novelty`` (ten half-lives)
+is off: no more bonus in the TD targets, no more predictor steps."""
 
 
 def critic_features_extractor(
@@ -325,9 +331,19 @@ class QCritic:
         0, a termination (:attr:`signal_seen`; FrozenLake's holes, which end at the 0 that
         wandering earns, are no signal, its goal is); from then on the critic learns the env's
         reward alone, and a run whose env signals before the first critic step (CartPole,
-        LunarLander, Pendulum) is the run without the bonus. ``"never"``: the bonus is added for the whole
+        LunarLander, Pendulum) is the run without the bonus. ``"fade"``: as ``"signal"`` where
+        the signal comes before the first critic step; after a signal that comes later the
+        bonus's weight halves every ``novelty_half_life`` transitions (off below
+        :data:`NOVELTY_FLOOR` of ``novelty``), so the values the bonus built up are unlearned
+        gradually instead of all at once. ``"never"``: the bonus is added for the whole
         run, which drives the policy to rare states even after it has found the reward (it
         broke CartPole-v1; docs/algorithms.md 4.5).
+    :param novelty_half_life: transitions per halving of a fading bonus (``novelty_stop="fade"``).
+    :param n_step: rewards summed before the TD target bootstraps: ``r_t + gamma r_{t+1} + ...
+        + gamma^{n-1} r_{t+n-1} + gamma^n V(s_{t+n})``, along the replay's own episode (cut
+        short at its end: a termination adds no bootstrap, a truncation bootstraps from the
+        last observation; :meth:`n_step_window`). 1 (default): one-step TD. More steps carry a
+        late reward back faster, at the price of a bias toward the replayed actions' returns.
     """
 
     def __init__(
@@ -356,6 +372,8 @@ class QCritic:
         bootstrap: str = DEFAULT_BOOTSTRAP,
         novelty: float | None = None,
         novelty_stop: str = DEFAULT_NOVELTY_STOP,
+        novelty_half_life: float = DEFAULT_NOVELTY_HALF_LIFE,
+        n_step: int = 1,
     ):
         self.observation_space, self.n_actions, self.device = observation_space, n_actions, torch.device(device)
         self.gamma, self.batch_size, self.updates_per_step, self.tau = gamma, batch_size, updates_per_step, tau
@@ -376,6 +394,15 @@ class QCritic:
         if novelty_stop not in NOVELTY_STOPS:
             raise ValueError(f"novelty_stop must be one of {NOVELTY_STOPS}; got {novelty_stop!r}")
         self.novelty_stop = novelty_stop
+        self.novelty_half_life = real_number("novelty_half_life", novelty_half_life, above=0.0)
+        self.n_step = int_at_least("n_step", n_step, 1)
+        self._last_rows: np.ndarray | None = None
+        """The replay rows of the last vector step and whether each one ended its episode:
+        the next step's rows follow them (``n_step > 1``)."""
+        self._last_ended: np.ndarray | None = None
+        self._fade_from: int | None = None
+        """Transitions seen when the env signalled, if a bonus had been scored by then
+        (``novelty_stop="fade"``: the weight halves every ``novelty_half_life`` from there)."""
         self.signal_seen = False
         """Whether a stored transition had a reward unlike the first one, or terminated
         where the first reward is not 0."""
@@ -418,6 +445,11 @@ class QCritic:
         state.setdefault("novelty", 0.0)
         state.setdefault("novelty_model", None)
         state.setdefault("novelty_stop", "never")
+        state.setdefault("novelty_half_life", DEFAULT_NOVELTY_HALF_LIFE)
+        state.setdefault("_fade_from", None)
+        state.setdefault("n_step", 1)
+        state.setdefault("_last_rows", None)
+        state.setdefault("_last_ended", None)
         state.setdefault("signal_seen", True)  # unknown: a bonus stopped at a signal stays off
         state.setdefault("_first_reward", None)
         rows = state.pop("_data_rows", None)
@@ -497,9 +529,11 @@ class QCritic:
         t = obs_as_tensor(obs if isinstance(obs, dict) else np.asarray(obs), self.device)
         return extractor(preprocess_obs(t, self.observation_space, normalize_images=self.normalize_images)).float()
 
-    def add(self, obs, actions, rewards, next_obs, terminated) -> None:
+    def add(self, obs, actions, rewards, next_obs, terminated, ended=None) -> None:
         """Store one vector step of transitions (``next_obs``: the true next observations,
-        terminal ones included)."""
+        terminal ones included; ``ended``: the episode is over, terminated or truncated,
+        default ``terminated``). With ``n_step > 1`` each row is linked to the row of the
+        same sub-env in the next vector step, unless its episode ended."""
         if not isinstance(obs, dict):  # a Dict space's batches stay dicts of arrays
             obs, next_obs = np.asarray(obs), np.asarray(next_obs)
         n = len(actions)
@@ -510,12 +544,22 @@ class QCritic:
                 "actions": np.zeros(self.buffer_size, dtype=np.int64),
                 "rewards": np.zeros(self.buffer_size, dtype=np.float32),
                 "terminated": np.zeros(self.buffer_size, dtype=np.float32),
+                "successor": np.full(self.buffer_size, -1, dtype=np.int64),
             }
         idx = (self._pos + np.arange(n)) % self.buffer_size
         d = self._data
         put_obs(d["obs"], idx, obs)
         put_obs(d["next_obs"], idx, next_obs)
         d["actions"][idx], d["rewards"][idx], d["terminated"][idx] = actions, rewards, terminated
+        if self.n_step > 1:
+            # Rows are overwritten oldest first, so a row's successor (written after it) is
+            # still there while the row is.
+            d["successor"][idx] = -1
+            if self._last_rows is not None and len(self._last_rows) == n:
+                going_on = ~self._last_ended
+                d["successor"][self._last_rows[going_on]] = idx[going_on]
+            self._last_rows = idx
+            self._last_ended = np.asarray(terminated if ended is None else ended, dtype=bool).reshape(-1).copy()
         self._pos = int((self._pos + n) % self.buffer_size)
         self._n = min(self._n + n, self.buffer_size)
         self._pending += n
@@ -527,15 +571,32 @@ class QCritic:
             # An end is news only where going on was worth something (the first reward, kept up,
             # is worth r / (1 - gamma) != 0): FrozenLake's holes end at the 0 that wandering
             # earns, CartPole's and MountainCar's ends stop a stream of +1 or -1.
-            ended = self._first_reward != 0.0 and bool(np.any(terminated))
-            self.signal_seen = ended or bool(np.any(rewards != self._first_reward))
+            stream_ended = self._first_reward != 0.0 and bool(np.any(terminated))
+            self.signal_seen = stream_ended or bool(np.any(rewards != self._first_reward))
+            if self.signal_seen and self.novelty_scored:  # a fading bonus fades from here
+                self._fade_from = self.n_seen
         if self.novelty_active:
             self.novelty_model.observe(self._features(next_obs))
 
     @property
+    def novelty_weight(self) -> float:
+        """The bonus's weight in the TD target now: ``novelty`` until the env's first signal;
+        after it ``novelty`` (``"never"``), 0 (``"signal"``), or for ``"fade"`` ``novelty``
+        halved every ``novelty_half_life`` transitions since the signal (0 where the signal came
+        before any bonus was scored, or once below :data:`NOVELTY_FLOOR` of ``novelty``)."""
+        if self.novelty_model is None:
+            return 0.0
+        if not self.signal_seen or self.novelty_stop == "never":
+            return self.novelty
+        if self.novelty_stop == "signal" or self._fade_from is None:
+            return 0.0
+        share = 0.5 ** ((self.n_seen - self._fade_from) / self.novelty_half_life)
+        return self.novelty * share if share >= NOVELTY_FLOOR else 0.0
+
+    @property
     def novelty_active(self) -> bool:
-        """Whether the novelty bonus is added now (``novelty > 0``, and not stopped by a signal)."""
-        return self.novelty_model is not None and not (self.novelty_stop == "signal" and self.signal_seen)
+        """Whether the novelty bonus is added now (:attr:`novelty_weight` above 0)."""
+        return self.novelty_weight > 0.0
 
     @property
     def novelty_scored(self) -> bool:
@@ -565,23 +626,62 @@ class QCritic:
         """For the replay rows ``i``: Q of the taken actions (with grad) and the expected-SARSA
         target ``r + gamma (1 - done) sum_a pi(a|s') Q_target(s', a)``, each ``[n_critics, batch]``."""
         d = self._data
-        next_obs = take_obs(d["next_obs"], i)  # gathered once, for the critic and the policy
+        window = self.n_step_window(i)
+        next_obs = take_obs(d["next_obs"], i if window is None else window[2])  # for the critic and the policy
         s, s2 = self._features(take_obs(d["obs"], i)), self._features(next_obs, target=True)
         with torch.no_grad():
             obs2, _ = policy.obs_to_tensor(next_obs)
             pi2 = policy.action_log_probs(obs2).exp().to(self.device)
             v2 = (pi2 * self.q_target(s2)).sum(-1)  # [n_critics, batch]
-            y = self._td_target(i, v2)
+            y = self._td_target(i, v2, window)
         a = torch.as_tensor(d["actions"][i], device=self.device)
         q = self.q(s).gather(2, a[None, :, None].expand(self.n_critics, -1, 1)).squeeze(2)
         return q, y
 
-    def _td_target(self, i: np.ndarray, next_value: torch.Tensor) -> torch.Tensor:
-        r = torch.as_tensor(self._data["rewards"][i], device=self.device)
-        if self.novelty_active:  # the env's reward plus the next state's novelty
-            r = r + self.novelty * self.novelty_model.bonus(self._features(take_obs(self._data["next_obs"], i)))
-        done = torch.as_tensor(self._data["terminated"][i], device=self.device)
-        return r + self.gamma * (1 - done) * bootstrap_values(next_value, self.bootstrap)
+    def n_step_window(self, i: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """The ``n_step`` transitions whose rewards the TD targets of rows ``i`` sum (None for
+        one step): ``rows`` ``[n, B]`` (row ``i`` then its successors; where the window ended
+        early the last row repeats), their discounts ``[n, B]`` (``gamma^k``, 0 past the
+        window's end), the row whose next observation is bootstrapped from ``[B]`` and the
+        bootstrap's discount ``[B]`` (``gamma^m`` after ``m`` rewards, 0 after a termination)."""
+        if self.n_step == 1:
+            return None
+        d = self._data
+        rows = np.empty((self.n_step, len(i)), dtype=np.int64)
+        discounts = np.zeros((self.n_step, len(i)), dtype=np.float32)
+        row, discount = np.asarray(i, dtype=np.int64).copy(), np.ones(len(i), dtype=np.float32)
+        going = np.ones(len(i), dtype=bool)
+        boot_discount = np.zeros(len(i), dtype=np.float32)
+        for k in range(self.n_step):
+            rows[k] = row
+            discounts[k] = np.where(going, discount, 0.0)
+            terminated = d["terminated"][row] > 0
+            successor = d["successor"][row]
+            stops = going & (terminated | (successor < 0) | (k == self.n_step - 1))
+            boot_discount[stops] = np.where(terminated, 0.0, discount * self.gamma)[stops]
+            going &= ~stops
+            row = np.where(going, successor, row)
+            discount = discount * np.float32(self.gamma)
+        return rows, discounts, rows[-1], boot_discount
+
+    def _td_target(self, i: np.ndarray, next_value: torch.Tensor, window=None) -> torch.Tensor:
+        """``r + gamma (1 - terminated) V(s')`` for rows ``i`` (the env's reward plus the next
+        state's novelty while the bonus is on), or the ``n_step`` return of ``window``
+        (:meth:`n_step_window`) plus its discounted bootstrap."""
+        d = self._data
+        if window is None:
+            r = torch.as_tensor(d["rewards"][i], device=self.device)
+            if self.novelty_active:  # the env's reward plus the next state's novelty
+                r = r + self.novelty_weight * self.novelty_model.bonus(self._features(take_obs(d["next_obs"], i)))
+            done = torch.as_tensor(d["terminated"][i], device=self.device)
+            return r + self.gamma * (1 - done) * bootstrap_values(next_value, self.bootstrap)
+        rows, discounts, _, boot_discount = window
+        r = torch.as_tensor(d["rewards"][rows], device=self.device)  # [n, B]
+        if self.novelty_active:  # each step's next state's novelty, scored in one batch
+            novel = self.novelty_model.bonus(self._features(take_obs(d["next_obs"], rows.reshape(-1))))
+            r = r + self.novelty_weight * novel.view(rows.shape)
+        ret = (torch.as_tensor(discounts, device=self.device) * r).sum(0)
+        return ret + torch.as_tensor(boot_discount, device=self.device) * bootstrap_values(next_value, self.bootstrap)
 
     def update(self, policy) -> float:
         """Critic gradient steps for the transitions added since the last update; the mean

@@ -130,7 +130,7 @@ class SampledActionCritic(QCritic):
         return net(x).reshape(self.n_critics, N, K)
 
     # ---------------------------------------------------------------- replay
-    def add(self, obs, actions, rewards, next_obs, terminated) -> None:
+    def add(self, obs, actions, rewards, next_obs, terminated, ended=None) -> None:
         """Store one vector step of transitions (``actions``: ``[n_envs, d]`` as the policy
         sampled them; ``next_obs``: the true next observations, terminal ones included). The
         observations, rewards and ends are kept as the ``Discrete`` critic keeps them, the
@@ -139,19 +139,20 @@ class SampledActionCritic(QCritic):
         if self._actions is None:
             self._actions = np.zeros((self.buffer_size, self.encoder.raw), dtype=np.float32)
         self._actions[(self._pos + np.arange(n)) % self.buffer_size] = np.asarray(actions, dtype=np.float32).reshape(n, -1)
-        super().add(obs, np.zeros(n, dtype=np.int64), rewards, next_obs, terminated)
+        super().add(obs, np.zeros(n, dtype=np.int64), rewards, next_obs, terminated, ended)
 
     # ---------------------------------------------------------------- learning
     def _q_and_target(self, i: np.ndarray, policy) -> tuple[torch.Tensor, torch.Tensor]:
         """As :meth:`QCritic._q_and_target`, the next state's value averaged over
         ``n_target_actions`` actions sampled from the policy (the actions cannot be summed over)."""
         d = self._data
-        next_obs = take_obs(d["next_obs"], i)
+        window = self.n_step_window(i)
+        next_obs = take_obs(d["next_obs"], i if window is None else window[2])
         s, s2 = self._features(take_obs(d["obs"], i)), self._features(next_obs, target=True)
         with torch.no_grad():
             obs2, _ = policy.obs_to_tensor(next_obs)
             a2 = policy.sample_actions(obs2, self.n_target_actions)
-            y = self._td_target(i, self.q_values(self.q_target, s2, a2).mean(-1))
+            y = self._td_target(i, self.q_values(self.q_target, s2, a2).mean(-1), window)
         a = torch.as_tensor(self._actions[i], device=self.device)[:, None]
         return self.q_values(self.q, s, a)[..., 0], y
 

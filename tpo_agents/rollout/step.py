@@ -142,7 +142,7 @@ def _visit_for_critic(ctx: RolloutContext, n_groups: int, to_env: Callable[[Any]
         new_obs, rewards, dones, infos = stepped
         truncated = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
         terminated = np.asarray(dones, dtype=bool) & ~truncated
-        ctx.scorer.add(obs, actions, rewards, _true_next_obs(new_obs, dones, infos), terminated)
+        ctx.scorer.add(obs, actions, rewards, _true_next_obs(new_obs, dones, infos), terminated, np.asarray(dones, dtype=bool))
         states.append(obs)
         collected += len(actions)
     ctx.scorer.update(ctx.policy)
