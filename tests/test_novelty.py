@@ -11,7 +11,7 @@ import torch
 from gymnasium import spaces
 
 from tpo_agents import TPO, MlpPolicy
-from tpo_agents.rollout.critic import QCritic
+from tpo_agents.rollout.critic import DEFAULT_N_STEP, QCritic
 from tpo_agents.rollout.novelty import RandomNetworkNovelty
 from tpo_agents.rollout.sampled_critic import SampledActionCritic
 
@@ -115,14 +115,16 @@ def test_by_default_the_bonus_is_on_for_flat_observations_until_a_signal_and_off
     assert QCritic(flat, 3, novelty=0.0).novelty_model is None
     # The agent says what its critic will be before building it, and builds that critic.
     for env, kwargs, want in (
-        ("MountainCar-v0", None, {"bootstrap": "own", "novelty": 1.0, "novelty_stop": "signal"}),
-        ("MountainCar-v0", {"novelty": 0.0}, {"bootstrap": "own", "novelty": 0.0, "novelty_stop": "signal"}),
-        ("Pendulum-v1", {"novelty": 2.0, "novelty_stop": "never"}, {"bootstrap": "own", "novelty": 2.0, "novelty_stop": "never"}),
+        ("MountainCar-v0", None, {"bootstrap": "own", "novelty": 1.0, "novelty_stop": "signal", "n_step": DEFAULT_N_STEP}),
+        ("MountainCar-v0", {"novelty": 0.0}, {"bootstrap": "own", "novelty": 0.0, "novelty_stop": "signal", "n_step": DEFAULT_N_STEP}),
+        ("Pendulum-v1", {"novelty": 2.0, "novelty_stop": "never", "n_step": 3},
+         {"bootstrap": "own", "novelty": 2.0, "novelty_stop": "never", "n_step": 3}),
     ):
         model = TPO("MlpPolicy", env, critic_kwargs=kwargs, batch_size=8, seed=0)
         assert model.resolved_critic_settings() == want
         critic = model.learn(16).critic
-        assert {"bootstrap": critic.bootstrap, "novelty": critic.novelty, "novelty_stop": critic.novelty_stop} == want
+        built = {"bootstrap": critic.bootstrap, "novelty": critic.novelty, "novelty_stop": critic.novelty_stop, "n_step": critic.n_step}
+        assert built == want
 
 
 def test_an_agent_with_a_novelty_bonus_learns_saves_and_loads_it(tmp_path):

@@ -560,9 +560,10 @@ class GroupedAlgorithm(BaseAlgorithm):
     def resolved_critic_settings(self) -> dict[str, Any]:
         """What the critic of ``critic`` groups is set to, defaults resolved on this agent's
         observation space without building it: ``bootstrap``, ``novelty`` (the bonus's
-        weight, 0 where the critic encodes its observations) and ``novelty_stop``."""
+        weight, 0 where the critic encodes its observations), ``novelty_stop`` and ``n_step``."""
         from tpo_agents.rollout.critic import (
             DEFAULT_BOOTSTRAP,
+            DEFAULT_N_STEP,
             DEFAULT_NOVELTY_STOP,
             resolved_novelty,
         )
@@ -573,6 +574,7 @@ class GroupedAlgorithm(BaseAlgorithm):
             "bootstrap": kwargs.get("bootstrap", DEFAULT_BOOTSTRAP),
             "novelty": float(novelty),
             "novelty_stop": kwargs.get("novelty_stop", DEFAULT_NOVELTY_STOP),
+            "n_step": int(kwargs.get("n_step", DEFAULT_N_STEP)),
         }
 
     def _step_hook(self, callback: BaseCallback) -> OnStep:

@@ -138,9 +138,10 @@ def made_with_current_defaults(run: Run, record: dict) -> bool:
         return True
     resolved, current = record.get("resolved"), current_defaults(run)
     if isinstance(resolved, dict) and resolved.get("group_mode") == "critic":
-        # Made before the critics' bootstrap and novelty bonus were recorded: every critic
-        # bootstrapped from its own target net, with no bonus.
-        resolved = {"critic_bootstrap": "own", "critic_novelty": 0.0, "critic_novelty_stop": "never", **resolved}
+        # Made before the critics' bootstrap, novelty bonus and n-step targets were recorded:
+        # every critic bootstrapped from its own target net after one step, with no bonus.
+        resolved = {"critic_bootstrap": "own", "critic_novelty": 0.0, "critic_novelty_stop": "never",
+                    "critic_n_step": 1, **resolved}
         if (
             resolved["critic_novelty"] == 0.0
             and current.get("critic_novelty", 0.0) > 0.0

@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_BOOTSTRAP",
     "DEFAULT_NOVELTY",
     "DEFAULT_NOVELTY_HALF_LIFE",
+    "DEFAULT_N_STEP",
     "DEFAULT_NOVELTY_STOP",
     "NOVELTY_STOPS",
     "QCritic",
@@ -66,6 +67,8 @@ DEFAULT_NOVELTY_STOP = "signal"
 """Both critics' default ``novelty_stop``."""
 DEFAULT_NOVELTY_HALF_LIFE = 10_000
 """Transitions over which a fading bonus's weight halves after the signal (``novelty_stop="fade"``)."""
+DEFAULT_N_STEP = 1
+"""Both critics' default ``n_step`` (rewards summed before a TD target bootstraps)."""
 NOVELTY_FLOOR = 2.0**-10
 """A fading bonus whose weight has fallen below this fraction of ``novelty`` (ten half-lives)
 is off: no more bonus in the TD targets, no more predictor steps."""
@@ -373,7 +376,7 @@ class QCritic:
         novelty: float | None = None,
         novelty_stop: str = DEFAULT_NOVELTY_STOP,
         novelty_half_life: float = DEFAULT_NOVELTY_HALF_LIFE,
-        n_step: int = 1,
+        n_step: int = DEFAULT_N_STEP,
     ):
         self.observation_space, self.n_actions, self.device = observation_space, n_actions, torch.device(device)
         self.gamma, self.batch_size, self.updates_per_step, self.tau = gamma, batch_size, updates_per_step, tau
