@@ -652,6 +652,7 @@ class QCritic:
         d = self._data
         rows = np.empty((self.n_step, len(i)), dtype=np.int64)
         discounts = np.zeros((self.n_step, len(i)), dtype=np.float32)
+        gamma = np.float32(self.gamma)
         row, discount = np.asarray(i, dtype=np.int64).copy(), np.ones(len(i), dtype=np.float32)
         going = np.ones(len(i), dtype=bool)
         boot_discount = np.zeros(len(i), dtype=np.float32)
@@ -661,10 +662,11 @@ class QCritic:
             terminated = d["terminated"][row] > 0
             successor = d["successor"][row]
             stops = going & (terminated | (successor < 0) | (k == self.n_step - 1))
-            boot_discount[stops] = np.where(terminated, 0.0, discount * self.gamma)[stops]
+            discount_next = discount * gamma
+            boot_discount[stops] = np.where(terminated, 0.0, discount_next)[stops]
             going &= ~stops
             row = np.where(going, successor, row)
-            discount = discount * np.float32(self.gamma)
+            discount = discount_next
         return rows, discounts, rows[-1], boot_discount
 
     def _td_target(self, i: np.ndarray, next_value: torch.Tensor, window=None) -> torch.Tensor:
