@@ -287,6 +287,7 @@ def plot_curves(result: dict, path: Path, labels: Mapping[str, str], max_cols: i
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     envs = result["envs"]
     cols = min(max_cols, max(1, len(envs)))
@@ -302,6 +303,8 @@ def plot_curves(result: dict, path: Path, labels: Mapping[str, str], max_cols: i
                 ax.fill_between(x, mean - se, mean + se, color=color, alpha=0.2)
         ax.axhline(env["threshold"], color="grey", lw=0.8, ls=":")
         ax.set(title=env_name, xlabel="env steps", ylabel="greedy eval return")
+        # 250000, 500000, ... overlap at this width; 250k does not.
+        ax.xaxis.set_major_formatter(FuncFormatter(_steps_label))
         if ax.get_legend_handles_labels()[0]:  # (no line where every run failed)
             ax.legend(loc="best", fontsize="small")
     fig.suptitle(f"{result['config']['n_seeds']} seeds, mean +- s.e.")
@@ -309,6 +312,14 @@ def plot_curves(result: dict, path: Path, labels: Mapping[str, str], max_cols: i
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
+
+
+def _steps_label(x: float, _pos: int) -> str:
+    """An axis tick of env steps: ``250k``, ``1.5M``, ``500``."""
+    for scale, suffix in ((1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:g}{suffix}"
+    return f"{x:g}"
 
 
 def write_outputs(

@@ -21,6 +21,7 @@ if importlib.util.find_spec("rl_zoo3") is None:
 
 from benchmarks.gym_defaults import cli, config, report, runner  # noqa: E402
 from benchmarks.harness import Run  # noqa: E402
+from tpo_agents.rollout.critic import DEFAULT_N_STEP  # noqa: E402
 
 METHODS = ("tpo", "grpo", "ppo_zoo")
 ENVS = ("CartPole-v1", "IdentityEnv-10")
@@ -323,9 +324,11 @@ def test_a_tpo_run_made_under_other_defaults_is_run_again(gd, tiny, tmp_path, mo
     for key in critic_keys:
         record["resolved"].pop(key)
     assert gd.runner.stopped_bonus_never_scored(run) and gd.runner.made_with_current_defaults(run, record)
-    # n-step targets too: a record without them was made with one-step TD.
-    assert record["resolved"].pop("critic_n_step") == 1 and gd.runner.made_with_current_defaults(run, record)
-    assert not gd.runner.made_with_current_defaults(run, {**record, "resolved": {**record["resolved"], "critic_n_step": 3}})
+    # n-step targets too: a record without them was made with one-step TD, no longer the default.
+    n_step = record["resolved"].pop("critic_n_step")
+    assert n_step == DEFAULT_N_STEP > 1 and not gd.runner.made_with_current_defaults(run, record)
+    assert not gd.runner.made_with_current_defaults(run, {**record, "resolved": {**record["resolved"], "critic_n_step": 1}})
+    record["resolved"]["critic_n_step"] = n_step
     car = next(r for r in gd.runner.plan_runs(["MountainCar-v0"], ["tpo"], 1, 0.01, 0.5, 1) if r.seed == 0)
     legacy_car = {k: v for k, v in gd.runner.current_defaults(car).items() if k not in critic_keys}
     assert not gd.runner.stopped_bonus_never_scored(car)

@@ -104,3 +104,9 @@ def test_the_budget_and_grid_count_every_env_interaction():
     assert len(record["returns"]) == 3
     assert budget <= record["env_steps_total"] < budget + 400  # stopped within an iteration of it
     assert record["num_timesteps"] < record["env_steps_total"] / 2  # most were simulation
+
+
+def test_the_plots_step_axis_reads_in_thousands_and_millions():
+    # 250000, 500000, ... overlapped on a 200k-step panel; 250k, 1.5M do not.
+    labels = [harness._steps_label(x, 0) for x in (0, 500, 25_000, 250_000, 1_000_000, 1_500_000)]
+    assert labels == ["0", "500", "25k", "250k", "1M", "1.5M"]

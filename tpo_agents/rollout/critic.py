@@ -67,8 +67,9 @@ DEFAULT_NOVELTY_STOP = "signal"
 """Both critics' default ``novelty_stop``."""
 DEFAULT_NOVELTY_HALF_LIFE = 10_000
 """Transitions over which a fading bonus's weight halves after the signal (``novelty_stop="fade"``)."""
-DEFAULT_N_STEP = 1
-"""Both critics' default ``n_step`` (rewards summed before a TD target bootstraps)."""
+DEFAULT_N_STEP = 3
+"""Both critics' default ``n_step`` (rewards summed before a TD target bootstraps): three
+carried MountainCar-v0's goal back fast enough for TPO to pass PPO-zoo (docs/algorithms.md 4.5)."""
 NOVELTY_FLOOR = 2.0**-10
 """A fading bonus whose weight has fallen below this fraction of ``novelty`` (ten half-lives)
 is off: no more bonus in the TD targets, no more predictor steps."""
@@ -345,8 +346,9 @@ class QCritic:
     :param n_step: rewards summed before the TD target bootstraps: ``r_t + gamma r_{t+1} + ...
         + gamma^{n-1} r_{t+n-1} + gamma^n V(s_{t+n})``, along the replay's own episode (cut
         short at its end: a termination adds no bootstrap, a truncation bootstraps from the
-        last observation; :meth:`n_step_window`). 1 (default): one-step TD. More steps carry a
-        late reward back faster, at the price of a bias toward the replayed actions' returns.
+        last observation; :meth:`n_step_window`). 1: one-step TD. More steps (default
+        :data:`DEFAULT_N_STEP`) carry a late reward back faster, at the price of a bias toward
+        the replayed actions' returns.
     """
 
     def __init__(
