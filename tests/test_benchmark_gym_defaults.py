@@ -416,3 +416,14 @@ def test_tune_runs_given_arguments_on_tuning_seeds_and_refuses_the_reported_ones
         with pytest.raises(SystemExit):
             tune.main(["--env", "IdentityEnv-10", "--method", "tpo", "--out", str(out), *argv])
         assert re.search(why, capsys.readouterr().err)
+
+
+def test_a_row_still_running_names_its_seed_count(gd, tiny, tmp_path):
+    # The cache holds seed 0 only; a page asked for 2 seeds says so on each row it reports.
+    result = gd.main(tiny_argv(tmp_path, "--cache", str(tiny[0] / "cache"), "--cached-only", "--seeds", "2"))
+    assert result["config"]["n_seeds"] == 2
+    md = (tmp_path / "gym_defaults.md").read_text()
+    assert "| CartPole-v1 | TPO (defaults) (1 of 2 seeds) |" in md
+    assert "| IdentityEnv-10 | PPO-zoo (1 of 2 seeds) |" in md
+    full = (tiny[0] / "gym_defaults.md").read_text()
+    assert "| CartPole-v1 | TPO (defaults) |" in full and "of 1 seeds" not in full

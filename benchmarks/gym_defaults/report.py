@@ -82,8 +82,10 @@ def match_lines(envs: Mapping[str, dict]) -> dict[str, dict]:
     return lines
 
 
-def _row(env_name: str, env: dict, key: str, m: dict) -> str:
+def _row(env_name: str, env: dict, key: str, m: dict, n_seeds: int) -> str:
     label = METHOD_LABELS[key]
+    if 0 < len(m["seeds"]) < n_seeds:  # a row still running: its figures are over fewer seeds
+        label += f" ({len(m['seeds'])} of {n_seeds} seeds)"
     if not m["seeds"]:
         errors = "; ".join(f"seed {f['seed']}: {f['error']}" for f in m["failures"])
         errors = errors.replace("|", "/").replace("\n", " ")  # keep the table row one row
@@ -165,7 +167,7 @@ def markdown(result: dict) -> str:
     cfg = result["config"]
     lines = [title, "", protocol(cfg), "", TABLE_HEAD]
     for env_name, env in result["envs"].items():
-        lines += [_row(env_name, env, key, m) for key, m in env["methods"].items()]
+        lines += [_row(env_name, env, key, m, cfg["n_seeds"]) for key, m in env["methods"].items()]
     lines += ["", f"Matches PPO-zoo: {MATCH_RULE}.", ""]
     lines += [f"**{s['line']}**" + (f" ({', '.join(s['envs'])})." if s["envs"] else ".") for s in result["summary"].values()]
     lines += ["", "## PPO-zoo hyperparameters per env", ""]
