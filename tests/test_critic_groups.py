@@ -55,15 +55,17 @@ def test_critic_groups_are_chosen_for_envs_without_scores_or_hints():
     assert torch.equal(batch.step_action.view(-1, 2), torch.tensor([[0, 1]]).repeat(batch.n_groups, 1))
 
 
-def test_tpo_takes_one_policy_step_per_batch_on_every_action_and_four_on_sampled_actions(tmp_path):
+def test_critic_groups_default_policy_steps_per_batch_tpo_one_and_four_grpo_two_and_one(tmp_path):
     # Every action of a state (CartPole): 4 epochs chased the critic's noise. K sampled
     # actions (Pendulum): one step per batch left 2 of 3 tuning seeds pumping at about -740,
-    # 4 took them to -199 and -161 (docs/algorithms.md 4.5). GRPO keeps one step on both.
+    # 4 took them to -199 and -161 (docs/algorithms.md 4.5). GRPO takes 2 on every action
+    # (one lagged the critic on IdentityEnv's tuning seeds) and one on sampled actions.
     assert TPO("MlpPolicy", "CartPole-v1").n_epochs == 1
     box = TPO("MlpPolicy", "Pendulum-v1")
     assert box.resolve_group_mode() == "critic" and box.n_epochs == 4
     assert TPO("MlpPolicy", IdentityEnvMultiDiscrete(4)).n_epochs == 4
-    assert GRPO("MlpPolicy", "Pendulum-v1").n_epochs == GRPO("MlpPolicy", "CartPole-v1").n_epochs == 1
+    assert GRPO("MlpPolicy", "Pendulum-v1").n_epochs == 1 and GRPO("MlpPolicy", "CartPole-v1").n_epochs == 2
+    assert GRPO("MlpPolicy", "CartPole-v1", n_epochs=1).n_epochs == 1
     assert TPO("MlpPolicy", "CartPole-v1", n_epochs=3).n_epochs == 3
     assert TPO("MlpPolicy", "Pendulum-v1", n_epochs=1).n_epochs == 1
     box.save(tmp_path / "box")  # a save keeps the count it was trained with

@@ -97,7 +97,7 @@ class GroupedAlgorithm(BaseAlgorithm):
         on all of them.
     :param n_epochs: gradient steps per rollout batch (targets stay frozen); default the
         algorithm's (TPO 4), but :meth:`critic_n_epochs` on ``critic`` groups (1; TPO: 1 on
-        a ``Discrete`` action space).
+        a ``Discrete`` action space, 4 on others; GRPO: 2 on a ``Discrete`` one).
     :param n_envs: sub-envs when the env is built here (default: ``batch_size`` for
         native vector envs, ``n_candidates`` otherwise).
     :param group_mode: ``"auto"`` or one of ``all_actions``, ``branch``, ``critic``, ``per_state``,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from gymnasium import spaces
 
 from tpo_agents import objectives as obj
 from tpo_agents.base import GroupedAlgorithm
@@ -51,6 +52,13 @@ class GRPO(GroupedAlgorithm):
         self.beta = real_number("beta", beta, at_least=0.0)
         self.mask_zero_variance = bool(mask_zero_variance)
         super().__init__(policy, env, *args, **kwargs)
+
+    def critic_n_epochs(self, action_space: spaces.Space) -> int:
+        """2 on every action of a state (``Discrete``): with one step per batch the policy
+        lagged the critic by about half the budget (IdentityEnv(10), tuning seeds 100-104:
+        98.0, worst 89.9, against 100 on every seed with 2; 4 oscillated, 88.8); 1 on K
+        sampled actions (Pendulum, :meth:`GroupedAlgorithm.critic_n_epochs`)."""
+        return 2 if isinstance(action_space, spaces.Discrete) else 1
 
     def default_group_mode(self, hint: str | None, can_score: bool) -> str:
         if hint == "all_actions":
