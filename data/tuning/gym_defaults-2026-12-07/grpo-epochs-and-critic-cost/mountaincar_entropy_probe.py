@@ -5,19 +5,21 @@ episodes that reach the goal and records the policy's mean entropy and mean acti
 import json
 import sys
 
+import gymnasium as gym
 import numpy as np
 import torch
-
-torch.set_num_threads(1)
-import gymnasium as gym
 from stable_baselines3.common.callbacks import BaseCallback
 
 from tpo_agents import GRPO, TPO
 
+torch.set_num_threads(1)
+
 
 class Track(BaseCallback):
     def __init__(self):
-        super().__init__(); self.goals = []; self.ent = []
+        super().__init__()
+        self.goals = []
+        self.ent = []
     def _on_step(self):
         for info in self.locals.get("infos", []):
             ep = info.get("episode")
