@@ -620,3 +620,25 @@ def test_a_critic_pickled_before_the_batching_loads_and_trains_on(kind):
     for a, b in zip(_q_params(old), _q_params(restored), strict=True):
         torch.testing.assert_close(b, a, atol=1e-6, rtol=0)
     assert pickle.loads(pickle.dumps(restored)).optimizer.state_dict()["state"].keys() == restored.optimizer.state_dict()["state"].keys()
+
+
+def test_grpo_policy_floor_adds_the_uniform_cross_entropy_on_every_action_groups():
+    from stable_baselines3.common.envs import IdentityEnv
+
+    from tpo_agents import objectives as obj
+
+    model = GRPO("MlpPolicy", IdentityEnv(4), seed=0, batch_size=16, policy_floor=0.0)
+    model.learn(64)
+    batch = model.last_batch
+    assert batch.standardized and not getattr(batch, "sampled", False)
+    frozen = model.prepare(batch)
+    logp = model.current_log_probs(batch)
+    model._params_moved = True  # compare the losses even where every group is zero-variance
+    plain = model.compute_loss(batch, logp, frozen)
+    model.policy_floor = 0.3
+    floored = model.compute_loss(batch, logp, frozen)
+    torch.testing.assert_close(floored - plain, obj.uniform_floor_loss(logp, 0.3, mask=batch.mask))
+    assert (floored - plain).item() > 0
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="policy_floor"):
+            GRPO("MlpPolicy", IdentityEnv(4), policy_floor=bad)

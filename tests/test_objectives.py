@@ -146,6 +146,25 @@ def test_the_gradient_of_the_loss_on_a_floored_target_is_p_minus_the_floored_q()
     torch.testing.assert_close(grad, (logits.detach().softmax(-1) - q) / 3)  # mean over 3 groups
 
 
+def test_the_uniform_floor_term_has_gradient_floor_times_p_minus_uniform_and_is_tpo_floor_share():
+    logits = torch.randn(3, 4, requires_grad=True)
+    mask = torch.tensor([[True] * 4, [True] * 4, [True, True, True, False]])
+    logp = logits.masked_fill(~mask, float("-inf")).log_softmax(-1)
+    (grad,) = torch.autograd.grad(obj.uniform_floor_loss(logp, 0.3, mask=mask), logits)
+    p = logp.detach().exp()
+    uniform = mask.float() / mask.sum(-1, keepdim=True)
+    torch.testing.assert_close(grad, 0.3 * (p - uniform) / 3)  # mean over 3 groups
+    # TPO's loss on a floored target is (1 - f) of its loss on q plus this term.
+    q = obj.tpo_target(logp.detach(), torch.randn(3, 4), mask=mask)
+    floored = obj.tpo_loss(logp, obj.floor_target(q, 0.3, mask=mask), mask=mask)
+    split = 0.7 * obj.tpo_loss(logp, q, mask=mask) + obj.uniform_floor_loss(logp, 0.3, mask=mask)
+    torch.testing.assert_close(floored, split)
+    assert obj.uniform_floor_loss(logp, 0.0).item() == 0.0
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match=f"floor must be in \\[0, 1\\]; got {bad}"):
+            obj.uniform_floor_loss(logp, bad)
+
+
 def _objective(r, u, p_old, eta):
     r = np.clip(r, 1e-300, None)
     return float((r * u).sum() - eta * (r * (np.log(r) - np.log(p_old))).sum())

@@ -29,6 +29,13 @@ class GRPO(GroupedAlgorithm):
         snapshot; for TRL's KL to a frozen reference model (language-model policies) use
         ``ref_kl_coef`` (:class:`~tpo_agents.base.GroupedAlgorithm`).
     :param mask_zero_variance: drop groups whose scores are all equal.
+    :param policy_floor: in ``[0, 1]``; on critic groups of a ``Discrete`` action space (every
+        action of a state) adds ``policy_floor`` times the cross-entropy from the uniform
+        distribution to the policy (:func:`~tpo_agents.objectives.uniform_floor_loss`), the
+        term TPO's target floor adds to TPO's loss, so the policy keeps playing every action.
+        Default 0 (not yet measured on the reported seeds): without it GRPO's policy on
+        MountainCar collapses to one action in every state and never reaches the goal
+        (tuning seed 100: -200; with 0.1, -133.2; docs/algorithms.md 4.5).
     :param ratio_level: for sequence candidates of token policies, ``"token"`` (standard
         GRPO: per-token ratios and KL, each token carrying its sequence's advantage) or
         ``"sequence"`` (one ratio of whole-sequence probabilities per candidate).
@@ -43,8 +50,12 @@ class GRPO(GroupedAlgorithm):
         beta: float = 0.04,
         mask_zero_variance: bool = False,
         ratio_level: str = "token",
+        policy_floor: float = 0.0,
         **kwargs: Any,
     ):
+        self.policy_floor = real_number("policy_floor", policy_floor, at_least=0.0)
+        if self.policy_floor > 1.0:
+            raise ValueError(f"policy_floor must be in [0, 1]; got {policy_floor!r}")
         if ratio_level not in ("token", "sequence"):
             raise ValueError(f"ratio_level must be 'token' or 'sequence'; got {ratio_level!r}")
         self.ratio_level = ratio_level
@@ -103,7 +114,7 @@ class GRPO(GroupedAlgorithm):
         # Sampled candidates (MultiDiscrete, MultiBinary, Box) are already drawn from pi_old:
         # their uniform mean is that expectation.
         weights = frozen["old_logp"].exp() if batch.standardized and not getattr(batch, "sampled", False) else None
-        return obj.grpo_loss(
+        loss = obj.grpo_loss(
             g(batch, logp),
             g(batch, frozen["old_logp"]),
             g(batch, batch.scores),
@@ -114,6 +125,10 @@ class GRPO(GroupedAlgorithm):
             weights=weights,
             advantages=g(batch, batch.scores) if batch.standardized else None,
         )
+        floor = getattr(self, "policy_floor", 0.0)  # a GRPO saved before the floor existed: 0
+        if weights is not None and floor > 0:  # every action of a state: logp is the policy's
+            loss = loss + obj.uniform_floor_loss(logp, floor, mask=batch.mask)
+        return loss
 
     def diagnostics(self, batch: GroupBatch, frozen: dict[str, torch.Tensor]) -> dict[str, float]:
         scores = self._as_groups(batch, batch.scores)

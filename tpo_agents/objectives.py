@@ -30,6 +30,7 @@ __all__ = [
     "zero_variance_groups",
     "tpo_target",
     "floor_target",
+    "uniform_floor_loss",
     "tpo_loss",
     "group_pg_loss",
     "reinforce_loss",
@@ -263,6 +264,24 @@ def floor_target(q: torch.Tensor, floor: float, mask: torch.Tensor | None = None
     valid = torch.ones_like(q, dtype=torch.bool) if mask is None else mask
     uniform = valid.to(q.dtype) / valid.sum(-1, keepdim=True).clamp_min(1).to(q.dtype)
     return (1.0 - floor) * q + floor * uniform
+
+
+def uniform_floor_loss(logp: torch.Tensor, floor: float, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``floor`` times the cross-entropy from the uniform distribution over each group's valid
+    candidates to ``softmax(logp)``: ``floor * tpo_loss(logp, uniform)``, so
+    ``dL/dl_i = floor * (p_i - 1 / K_valid) / G``.
+
+    The term TPO's target floor adds to TPO's loss (the cross-entropy to
+    ``(1 - f) q + f / K`` is ``(1 - f) CE(q) + f CE(uniform)``), for losses with no target
+    (GRPO's ``policy_floor``): it pulls the policy toward uniform in proportion to how far
+    it has left it, so no action's probability goes to 0 while another loss term is finite.
+    """
+    floor = _as_float("floor", floor)
+    if not 0.0 <= floor <= 1.0:
+        raise ValueError(f"floor must be in [0, 1]; got {floor!r}")
+    if floor == 0.0:
+        return logp.new_zeros(())
+    return floor * tpo_loss(logp, floor_target(torch.zeros_like(logp), 1.0, mask=mask), mask=mask)
 
 
 def tpo_loss(

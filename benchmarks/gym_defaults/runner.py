@@ -100,7 +100,7 @@ def resolved_settings(model) -> dict[str, Any]:
     """What the model ended up with (defaults resolved: group mode, epochs, sub-envs...)."""
     grouped = hasattr(model, "resolve_group_mode")  # TPO, GRPO (SB3's base has use_sde too)
     names = (
-        ("n_candidates", "batch_size", "n_epochs", "learning_rate", "logp_reduction", "eta", "anchor", "clip_range", "beta")
+        ("n_candidates", "batch_size", "n_epochs", "learning_rate", "logp_reduction", "eta", "anchor", "clip_range", "beta", "policy_floor")
         if grouped
         else ("n_steps", "batch_size", "n_epochs", "learning_rate", "clip_range", "gamma", "gae_lambda", "ent_coef", "use_sde", "sde_sample_freq")
     )
@@ -137,6 +137,8 @@ def made_with_current_defaults(run: Run, record: dict) -> bool:
     if run.method not in ("tpo", "grpo"):
         return True
     resolved, current = record.get("resolved"), current_defaults(run)
+    if isinstance(resolved, dict) and run.method == "grpo":
+        resolved = {"policy_floor": 0.0, **resolved}  # made before GRPO's floor was recorded
     if isinstance(resolved, dict) and resolved.get("group_mode") == "critic":
         # Made before the critics' bootstrap, novelty bonus and n-step targets were recorded:
         # every critic bootstrapped from its own target net after one step, with no bonus.
