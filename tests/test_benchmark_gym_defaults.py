@@ -427,3 +427,12 @@ def test_a_row_still_running_names_its_seed_count(gd, tiny, tmp_path):
     assert "| IdentityEnv-10 | PPO-zoo (1 of 2 seeds) |" in md
     full = (tiny[0] / "gym_defaults.md").read_text()
     assert "| CartPole-v1 | TPO (defaults) |" in full and "of 1 seeds" not in full
+
+
+def test_a_grpo_record_from_before_the_policy_floor_counts_as_made_without_it(gd):
+    run = next(r for r in gd.runner.plan_runs(["IdentityEnv-10"], ["grpo"], 1, 0.001, 0.5, 1) if r.seed == 0)
+    current = gd.runner.current_defaults(run)
+    assert current["policy_floor"] == 0.0
+    legacy = {k: v for k, v in current.items() if k != "policy_floor"}
+    assert gd.runner.made_with_current_defaults(run, {"resolved": legacy})
+    assert not gd.runner.made_with_current_defaults(run, {"resolved": {**current, "policy_floor": 0.1}})

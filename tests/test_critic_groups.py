@@ -633,7 +633,6 @@ def test_grpo_policy_floor_adds_the_uniform_cross_entropy_on_every_action_groups
     assert batch.standardized and not getattr(batch, "sampled", False)
     frozen = model.prepare(batch)
     logp = model.current_log_probs(batch)
-    model._params_moved = True  # compare the losses even where every group is zero-variance
     plain = model.compute_loss(batch, logp, frozen)
     model.policy_floor = 0.3
     floored = model.compute_loss(batch, logp, frozen)
@@ -642,3 +641,6 @@ def test_grpo_policy_floor_adds_the_uniform_cross_entropy_on_every_action_groups
     for bad in (-0.1, 1.5):
         with pytest.raises(ValueError, match="policy_floor"):
             GRPO("MlpPolicy", IdentityEnv(4), policy_floor=bad)
+    # Sampled actions (a Box): the floor has no full distribution to pull toward uniform.
+    with pytest.raises(ValueError, match="policy_floor applies to critic groups of a Discrete action space"):
+        GRPO("MlpPolicy", "Pendulum-v1", policy_floor=0.1)

@@ -63,6 +63,13 @@ class GRPO(GroupedAlgorithm):
         self.beta = real_number("beta", beta, at_least=0.0)
         self.mask_zero_variance = bool(mask_zero_variance)
         super().__init__(policy, env, *args, **kwargs)
+        mode = getattr(self, "_group_mode", None)  # None until an env is set (load)
+        if self.policy_floor > 0 and mode is not None and (mode != "critic" or not isinstance(self.action_space, spaces.Discrete)):
+            raise ValueError(
+                f"policy_floor applies to critic groups of a Discrete action space (every action of a "
+                f"state); this agent makes {mode!r} groups on {self.action_space}: got policy_floor="
+                f"{policy_floor!r}, leave it at 0 here"
+            )
 
     def critic_n_epochs(self, action_space: spaces.Space) -> int:
         """2 on every action of a state (``Discrete``): with one step per batch the policy
