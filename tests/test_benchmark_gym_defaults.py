@@ -432,7 +432,8 @@ def test_a_row_still_running_names_its_seed_count(gd, tiny, tmp_path):
 def test_a_grpo_record_from_before_the_policy_floor_counts_as_made_without_it(gd):
     run = next(r for r in gd.runner.plan_runs(["IdentityEnv-10"], ["grpo"], 1, 0.001, 0.5, 1) if r.seed == 0)
     current = gd.runner.current_defaults(run)
-    assert current["policy_floor"] == 0.0
+    assert current["policy_floor"] == 0.1  # the default on every action of a Discrete state
     legacy = {k: v for k, v in current.items() if k != "policy_floor"}
-    assert gd.runner.made_with_current_defaults(run, {"resolved": legacy})
-    assert not gd.runner.made_with_current_defaults(run, {"resolved": {**current, "policy_floor": 0.1}})
+    assert not gd.runner.made_with_current_defaults(run, {"resolved": legacy})  # made without it: rerun
+    assert not gd.runner.made_with_current_defaults(run, {"resolved": {**current, "policy_floor": 0.0}})
+    assert gd.runner.made_with_current_defaults(run, {"resolved": current})

@@ -644,3 +644,31 @@ def test_grpo_policy_floor_adds_the_uniform_cross_entropy_on_every_action_groups
     # Sampled actions (a Box): the floor has no full distribution to pull toward uniform.
     with pytest.raises(ValueError, match="policy_floor applies to critic groups of a Discrete action space"):
         GRPO("MlpPolicy", "Pendulum-v1", policy_floor=0.1)
+
+
+def test_grpo_policy_floor_defaults_to_0_1_on_every_action_groups_and_0_elsewhere(tmp_path):
+    from stable_baselines3.common.envs import IdentityEnv
+
+    from tpo_agents import objectives as obj
+
+    model = GRPO("MlpPolicy", IdentityEnv(4), seed=0, batch_size=16)
+    assert model.policy_floor is None and model.resolved_policy_floor() == GRPO.CRITIC_POLICY_FLOOR == 0.1
+    model.learn(64)
+    batch = model.last_batch
+    frozen, logp = model.prepare(batch), model.current_log_probs(batch)
+    floored = model.compute_loss(batch, logp, frozen)
+    model.policy_floor = 0.0
+    plain = model.compute_loss(batch, logp, frozen)
+    torch.testing.assert_close(floored - plain, obj.uniform_floor_loss(logp, 0.1, mask=batch.mask))
+    # Sampled actions and bandit groups: the default resolves to no floor, without an error.
+    assert GRPO("MlpPolicy", "Pendulum-v1", seed=0).resolved_policy_floor() == 0.0
+    assert GRPO("MlpPolicy", "MultiContextBandit-v0", seed=0).resolved_policy_floor() == 0.0
+    # Saved and loaded, the choice stays (None keeps resolving; an explicit 0 stays 0); an
+    # agent saved before the floor existed loads as trained, without it.
+    model.policy_floor = None
+    model.save(tmp_path / "grpo")
+    assert GRPO.load(tmp_path / "grpo", env=IdentityEnv(4)).resolved_policy_floor() == 0.1
+    GRPO("MlpPolicy", IdentityEnv(4), seed=0, policy_floor=0.0).save(tmp_path / "grpo0")
+    assert GRPO.load(tmp_path / "grpo0", env=IdentityEnv(4)).resolved_policy_floor() == 0.0
+    del model.policy_floor
+    assert model.resolved_policy_floor() == 0.0

@@ -29,13 +29,16 @@ class GRPO(GroupedAlgorithm):
         snapshot; for TRL's KL to a frozen reference model (language-model policies) use
         ``ref_kl_coef`` (:class:`~tpo_agents.base.GroupedAlgorithm`).
     :param mask_zero_variance: drop groups whose scores are all equal.
-    :param policy_floor: in ``[0, 1]``; on critic groups of a ``Discrete`` action space (every
-        action of a state) adds ``policy_floor`` times the cross-entropy from the uniform
-        distribution to the policy (:func:`~tpo_agents.objectives.uniform_floor_loss`), the
-        term TPO's target floor adds to TPO's loss, so the policy keeps playing every action.
-        Default 0 (not yet measured on the reported seeds): without it GRPO's policy on
-        MountainCar collapses to one action in every state and never reaches the goal
-        (tuning seed 100: -200; with 0.1, -133.2; docs/algorithms.md 4.5).
+    :param policy_floor: in ``[0, 1]``, or ``None`` for the default; on critic groups of a
+        ``Discrete`` action space (every action of a state) adds ``policy_floor`` times the
+        cross-entropy from the uniform distribution to the policy
+        (:func:`~tpo_agents.objectives.uniform_floor_loss`), the term TPO's target floor adds
+        to TPO's loss, so the policy keeps playing every action. ``None`` resolves to
+        :attr:`CRITIC_POLICY_FLOOR` (0.1) there and to 0 on every other group
+        (:meth:`resolved_policy_floor`); an explicit value above 0 elsewhere is an error.
+        Without it GRPO's policy on MountainCar collapses to one action in every state and
+        never reaches the goal (tuning seeds 100, 101: -200; with 0.1, -133.2 and -134.9;
+        docs/algorithms.md 4.5).
     :param ratio_level: for sequence candidates of token policies, ``"token"`` (standard
         GRPO: per-token ratios and KL, each token carrying its sequence's advantage) or
         ``"sequence"`` (one ratio of whole-sequence probabilities per candidate).
@@ -50,12 +53,14 @@ class GRPO(GroupedAlgorithm):
         beta: float = 0.04,
         mask_zero_variance: bool = False,
         ratio_level: str = "token",
-        policy_floor: float = 0.0,
+        policy_floor: float | None = None,
         **kwargs: Any,
     ):
-        self.policy_floor = real_number("policy_floor", policy_floor, at_least=0.0)
-        if self.policy_floor > 1.0:
-            raise ValueError(f"policy_floor must be in [0, 1]; got {policy_floor!r}")
+        if policy_floor is not None:
+            policy_floor = real_number("policy_floor (or None)", policy_floor, at_least=0.0)
+            if policy_floor > 1.0:
+                raise ValueError(f"policy_floor must be in [0, 1] (or None); got {policy_floor!r}")
+        self.policy_floor = policy_floor
         if ratio_level not in ("token", "sequence"):
             raise ValueError(f"ratio_level must be 'token' or 'sequence'; got {ratio_level!r}")
         self.ratio_level = ratio_level
@@ -64,12 +69,27 @@ class GRPO(GroupedAlgorithm):
         self.mask_zero_variance = bool(mask_zero_variance)
         super().__init__(policy, env, *args, **kwargs)
         mode = getattr(self, "_group_mode", None)  # None until an env is set (load)
-        if self.policy_floor > 0 and mode is not None and (mode != "critic" or not isinstance(self.action_space, spaces.Discrete)):
+        if (policy_floor or 0.0) > 0 and mode is not None and not self._every_action_groups():
             raise ValueError(
                 f"policy_floor applies to critic groups of a Discrete action space (every action of a "
                 f"state); this agent makes {mode!r} groups on {self.action_space}: got policy_floor="
                 f"{policy_floor!r}, leave it at 0 here"
             )
+
+    #: ``policy_floor``'s default on every action of a ``Discrete`` state (critic groups),
+    #: chosen on tuning seeds (docs/algorithms.md 4.5).
+    CRITIC_POLICY_FLOOR = 0.1
+
+    def _every_action_groups(self) -> bool:
+        return self.resolve_group_mode() == "critic" and isinstance(self.action_space, spaces.Discrete)
+
+    def resolved_policy_floor(self) -> float:
+        """The floor this agent applies: ``policy_floor``, or its default (0.1 on critic groups
+        of a ``Discrete`` action space, 0 on any other group, where no floor applies)."""
+        floor = getattr(self, "policy_floor", 0.0)  # a GRPO saved before the floor existed: 0
+        if floor is not None:
+            return floor
+        return self.CRITIC_POLICY_FLOOR if self._every_action_groups() else 0.0
 
     def critic_n_epochs(self, action_space: spaces.Space) -> int:
         """2 on every action of a state (``Discrete``): with one step per batch the policy
@@ -132,8 +152,8 @@ class GRPO(GroupedAlgorithm):
             weights=weights,
             advantages=g(batch, batch.scores) if batch.standardized else None,
         )
-        floor = getattr(self, "policy_floor", 0.0)  # a GRPO saved before the floor existed: 0
-        if weights is not None and floor > 0:  # every action of a state: logp is the policy's
+        floor = self.resolved_policy_floor() if weights is not None else 0.0
+        if floor > 0:  # every action of a state: logp is the policy's
             loss = loss + obj.uniform_floor_loss(logp, floor, mask=batch.mask)
         return loss
 

@@ -100,7 +100,7 @@ def resolved_settings(model) -> dict[str, Any]:
     """What the model ended up with (defaults resolved: group mode, epochs, sub-envs...)."""
     grouped = hasattr(model, "resolve_group_mode")  # TPO, GRPO (SB3's base has use_sde too)
     names = (
-        ("n_candidates", "batch_size", "n_epochs", "learning_rate", "logp_reduction", "eta", "anchor", "clip_range", "beta", "policy_floor")
+        ("n_candidates", "batch_size", "n_epochs", "learning_rate", "logp_reduction", "eta", "anchor", "clip_range", "beta")
         if grouped
         else ("n_steps", "batch_size", "n_epochs", "learning_rate", "clip_range", "gamma", "gae_lambda", "ent_coef", "use_sde", "sde_sample_freq")
     )
@@ -112,6 +112,8 @@ def resolved_settings(model) -> dict[str, Any]:
             settings.update({f"critic_{k}": v for k, v in model.resolved_critic_settings().items()})
     if hasattr(model, "resolved_target_floor"):  # TPO
         settings["target_floor"] = model.resolved_target_floor()
+    if hasattr(model, "resolved_policy_floor"):  # GRPO
+        settings["policy_floor"] = model.resolved_policy_floor()
     return settings
 
 
