@@ -8,14 +8,18 @@ time of ``learn``, and each agent's ratio is PPO's time per env step over its ow
 fast as PPO; issue 30's goal is >= 1/1.5 on every env). Every env interaction counts:
 branch-group simulation steps, where a mode makes them, are added to the agent's steps
 (``rollout/env_steps_total``). ``worst`` gives each agent's lowest ratio over the envs.
+``--variant LABEL AGENT JSON`` adds an agent built with keyword arguments (a candidate
+default, e.g. ``TPO-2critics TPO '{"critic_kwargs": {"n_critics": 2}}'``), timed in the
+same run as the others.
 
     python -m benchmarks.sb3_fps [--steps 20000] [--envs 1 8] [--env-ids CartPole-v1 ...]
-                                 [--out results/sb3_fps.json]
+                                 [--variant LABEL AGENT JSON ...] [--out results/sb3_fps.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import time
 from pathlib import Path
@@ -35,11 +39,12 @@ GOAL = 1 / 1.5
 """The least speed against PPO issue 30 asks of every env: time per env step within 1.5x."""
 
 
-def measure(name: str, env_id: str, n_envs: int, steps: int, seed: int = 0) -> dict:
+def measure(name: str, env_id: str, n_envs: int, steps: int, seed: int = 0, kwargs: dict | None = None) -> dict:
     """One agent's env interactions per second of ``learn(steps)`` on ``env_id`` (a
-    ``benchmarks.gym_defaults`` env) with ``n_envs`` sub-envs."""
+    ``benchmarks.gym_defaults`` env) with ``n_envs`` sub-envs (``kwargs``: passed to the
+    agent; default hyperparameters without)."""
     env = make_vec_env(ENVS[env_id].make, n_envs=n_envs, seed=seed)
-    model = AGENTS[name]("MlpPolicy", env, seed=seed)
+    model = AGENTS[name]("MlpPolicy", env, seed=seed, **(kwargs or {}))
     start = time.perf_counter()
     model.learn(steps)
     seconds = time.perf_counter() - start
@@ -71,19 +76,42 @@ def worst_ratios(rows: dict[str, dict[str, dict[str, dict]]]) -> dict[str, dict]
     return worst
 
 
+def parse_variants(given: list[list[str]] | None) -> dict[str, tuple[str, dict]]:
+    """``--variant LABEL AGENT JSON`` triples as ``{label: (agent, kwargs)}``."""
+    variants: dict[str, tuple[str, dict]] = {}
+    for label, agent, raw in given or []:
+        if label in AGENTS or label in variants:
+            raise SystemExit(f"--variant label {label!r} is taken; expected a new name (not one of {sorted({*AGENTS, *variants})})")
+        if agent not in AGENTS:
+            raise SystemExit(f"--variant {label}: agent {agent!r} is not one of {sorted(AGENTS)}")
+        try:
+            kwargs = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise SystemExit(f"--variant {label}: {raw!r} is not JSON ({err})") from None
+        if not isinstance(kwargs, dict):
+            raise SystemExit(f"--variant {label}: expected a JSON object of keyword arguments; got {raw!r}")
+        variants[label] = (agent, kwargs)
+    return variants
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sb3_fps", description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=positive_int, default=20_000, help="env steps per run")
     parser.add_argument("--envs", type=positive_int, nargs="+", default=[1, 8], help="sub-env counts")
     parser.add_argument("--env-ids", nargs="+", default=list(ENVS), choices=list(ENVS), help="envs of the table")
     parser.add_argument("--agents", nargs="+", default=list(AGENTS), choices=list(AGENTS))
+    parser.add_argument("--variant", nargs=3, action="append", metavar=("LABEL", "AGENT", "JSON"),
+                        help="an agent with keyword arguments, timed beside the defaults")
     parser.add_argument("--out", type=Path, default=Path("results/sb3_fps.json"))
     args = parser.parse_args(argv)
+    variants = parse_variants(args.variant)
     torch.set_num_threads(1)
     rows: dict = {}
     for env_id in args.env_ids:
         for n_envs in args.envs:
             runs = {name: measure(name, env_id, n_envs, args.steps) for name in dict.fromkeys(["PPO", *args.agents])}
+            for label, (agent, kwargs) in variants.items():
+                runs[label] = measure(agent, env_id, n_envs, args.steps, kwargs=kwargs)
             speed_ratios(runs)
             for name, run in runs.items():
                 print(f"{env_id:26s} n_envs={n_envs:2d} {name:5s} {run['fps']:8.1f} env steps/s  x{run['speed_vs_ppo']:.3f} of PPO", flush=True)
@@ -94,6 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
         "steps": args.steps,
         "torch_threads": 1,
         "baseline": "stable_baselines3.PPO, default hyperparameters, same run, same env and n_envs",
+        "variants": {label: {"agent": agent, "kwargs": kwargs} for label, (agent, kwargs) in variants.items()},
         "goal": f"speed_vs_ppo >= {GOAL:.3f} (time per env step within 1.5x of PPO's) on every env",
         "machine": platform.processor() or platform.machine(),
         "runs": rows,
