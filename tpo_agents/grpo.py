@@ -73,7 +73,7 @@ class GRPO(GroupedAlgorithm):
             raise ValueError(
                 f"policy_floor applies to critic groups of a Discrete action space (every action of a "
                 f"state); this agent makes {mode!r} groups on {self.action_space}: got policy_floor="
-                f"{policy_floor!r}, leave it at 0 here"
+                f"{policy_floor!r}; leave it at None (the default, no floor here) or 0"
             )
 
     #: ``policy_floor``'s default on every action of a ``Discrete`` state (critic groups),
