@@ -28,6 +28,20 @@ def test_running_statistics_are_those_of_every_observation_seen():
     np.testing.assert_allclose((model.m2 / model.count).numpy(), every.var(0), rtol=1e-4)
 
 
+def test_the_predictors_foreach_adam_takes_the_default_loops_steps_bitwise():
+    rng = np.random.default_rng(0)
+    batches = [torch.as_tensor(rng.normal(size=(256, 2)), dtype=torch.float32) for _ in range(50)]
+    fast, loop = RandomNetworkNovelty(2, seed=0), RandomNetworkNovelty(2, seed=0)
+    assert fast.optimizer.defaults["foreach"] is True
+    loop.optimizer = torch.optim.Adam(loop.predictor.parameters(), lr=1e-3, foreach=False)
+    for model in (fast, loop):
+        model.observe(torch.cat(batches))
+        for b in batches:
+            model.train(b)
+    for a, b in zip(fast.predictor.parameters(), loop.predictor.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_what_the_predictor_trained_on_is_less_novel_than_what_it_never_saw():
     rng = np.random.default_rng(0)
     seen = torch.as_tensor(rng.normal(0.0, 0.1, (256, 2)), dtype=torch.float32)
