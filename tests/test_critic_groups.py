@@ -672,3 +672,50 @@ def test_grpo_policy_floor_defaults_to_0_1_on_every_action_groups_and_0_elsewher
     assert GRPO.load(tmp_path / "grpo0", env=IdentityEnv(4)).resolved_policy_floor() == 0.0
     del model.policy_floor
     assert model.resolved_policy_floor() == 0.0
+
+
+@pytest.mark.parametrize("kind", ["discrete", "sampled"])
+def test_an_update_prepares_every_steps_policy_inputs_at_once_with_the_per_step_numbers(kind):
+    # The policy is fixed through an update's steps, so its probabilities (or sampled next
+    # actions) at every step's next observations come from one batch, row for row equal to
+    # one call per step (the sampled ones drawn per batch_size rows, as each step drew them).
+    critic, policy, feed = _critic_case(kind)
+    feed([critic], np.random.default_rng(1), n=256)
+    draws = np.random.default_rng(2).integers(0, critic._n, size=(5, critic.batch_size))
+    torch.manual_seed(3)
+    per_step = [critic._prepare(i, policy) for i in draws]
+    torch.manual_seed(3)
+    window, batched = critic._prepare(draws.reshape(-1), policy)
+    for k, (part_window, part) in enumerate(per_step):
+        rows = slice(k * critic.batch_size, (k + 1) * critic.batch_size)
+        assert torch.equal(batched[rows], part)
+        assert np.array_equal(window[2][rows], part_window[2]) and np.array_equal(window[1][:, rows], part_window[1])
+    # ... and the update built on them is the update of per-step calls.
+    twin = copy.deepcopy(critic)
+    critic._pending = twin._pending = 256
+    torch.manual_seed(4)
+    critic.update(policy)
+    torch.manual_seed(4)
+    _per_critic_update(twin, policy)
+    for a, b in zip(critic.q.parameters(), twin.q.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "action_space",
+    [spaces.Discrete(4), spaces.Box(-1.0, 1.0, (2,), dtype=np.float32), spaces.MultiDiscrete([3, 2]), spaces.MultiBinary(3)],
+    ids=["discrete", "box", "multidiscrete", "multibinary"],
+)
+def test_sampling_in_blocks_draws_what_one_call_per_block_draws(action_space):
+    from tpo_agents.policies import BernoulliPolicy, MultiCategoricalPolicy
+
+    kinds = {spaces.Discrete: MlpPolicy, spaces.Box: GaussianMlpPolicy, spaces.MultiDiscrete: MultiCategoricalPolicy,
+             spaces.MultiBinary: BernoulliPolicy}
+    obs_space = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
+    policy = kinds[type(action_space)](obs_space, action_space, lambda _: 1e-3)
+    obs = torch.as_tensor(np.random.default_rng(0).uniform(-1, 1, (40, 3)).astype(np.float32))
+    torch.manual_seed(5)
+    blocked = policy.sample_actions(obs, 3, block=16)
+    torch.manual_seed(5)
+    separate = torch.cat([policy.sample_actions(obs[s : s + 16], 3) for s in range(0, 40, 16)])
+    assert blocked.shape[:2] == (40, 3) and torch.equal(blocked, separate)

@@ -7,7 +7,16 @@ import torch
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
 
-__all__ = ["CategoricalPolicy"]
+__all__ = ["CategoricalPolicy", "draw_in_blocks"]
+
+
+def draw_in_blocks(n_rows: int, block: int | None, draw) -> torch.Tensor:
+    """``draw(rows)`` for the rows ``0..n_rows`` at once (``block`` None), or for each run of
+    ``block`` rows in turn, joined: the random draws separate calls on those runs would make,
+    from one evaluation of the network."""
+    if block is None or block >= n_rows:
+        return draw(slice(None))
+    return torch.cat([draw(slice(start, start + block)) for start in range(0, n_rows, block)])
 
 
 class CategoricalPolicy(BasePolicy):
@@ -31,10 +40,12 @@ class CategoricalPolicy(BasePolicy):
         """``n`` actions per row drawn from ``exp(log_probs)``, shape ``[N, n]``."""
         return torch.multinomial(log_probs.exp(), n, replacement=True, generator=generator)
 
-    def sample_actions(self, obs: PyTorchObs, n: int = 1) -> torch.Tensor:
+    def sample_actions(self, obs: PyTorchObs, n: int = 1, block: int | None = None) -> torch.Tensor:
         """``n`` actions per observation, shape ``[N, n]`` (the interface the Gaussian
-        policy shares, :class:`~tpo_agents.policies.gaussian.GaussianMlpPolicy`)."""
-        return self.sample(self.action_log_probs(obs).float().cpu(), n)
+        policy shares, :class:`~tpo_agents.policies.gaussian.GaussianMlpPolicy`); ``block``:
+        drawn for each run of that many observations in turn (:func:`draw_in_blocks`)."""
+        log_probs = self.action_log_probs(obs).float().cpu()
+        return draw_in_blocks(len(log_probs), block, lambda rows: self.sample(log_probs[rows], n))
 
     def step_log_probs(self, obs: PyTorchObs, rows: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """``log pi(actions[i] | obs[rows[i]])``, shape ``[M]``."""

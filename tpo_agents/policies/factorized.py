@@ -25,6 +25,7 @@ from stable_baselines3.common.torch_layers import (
 from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import nn
 
+from tpo_agents.policies.base import draw_in_blocks
 from tpo_agents.policies.mlp_body import MlpBodyPolicy
 
 __all__ = ["BernoulliPolicy", "MultiCategoricalPolicy"]
@@ -86,10 +87,13 @@ class MultiCategoricalPolicy(_FactorizedPolicy):
         """``log pi_i(. | obs)`` of each dimension ``i``, ``[N, n_i]`` each."""
         return [torch.log_softmax(x, dim=-1) for x in torch.split(self.action_logits(obs), self._dims(), dim=-1)]
 
-    def sample_actions(self, obs: PyTorchObs, n: int = 1) -> torch.Tensor:
-        """``n`` joint actions per observation, ``[N, n, d]`` (indices, int64)."""
-        picks = [torch.multinomial(lp.exp(), n, replacement=True) for lp in self.dimension_log_probs(obs)]
-        return torch.stack(picks, dim=-1)
+    def sample_actions(self, obs: PyTorchObs, n: int = 1, block: int | None = None) -> torch.Tensor:
+        """``n`` joint actions per observation, ``[N, n, d]`` (indices, int64); ``block``: drawn
+        for each run of that many observations in turn (:func:`~tpo_agents.policies.base.draw_in_blocks`)."""
+        probs = [lp.exp() for lp in self.dimension_log_probs(obs)]
+        return draw_in_blocks(
+            len(probs[0]), block, lambda rows: torch.stack([torch.multinomial(p[rows], n, replacement=True) for p in probs], dim=-1)
+        )
 
     def step_log_probs(self, obs: PyTorchObs, rows: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """``log pi(actions[i] | obs[rows[i]])`` (``actions`` ``[M, d]``), summed over dimensions, ``[M]``."""
@@ -128,10 +132,11 @@ class BernoulliPolicy(_FactorizedPolicy):
     def n_logits(self) -> int:
         return int(np.prod(self.action_space.shape))
 
-    def sample_actions(self, obs: PyTorchObs, n: int = 1) -> torch.Tensor:
-        """``n`` joint actions per observation, ``[N, n, d]`` (float 0/1)."""
+    def sample_actions(self, obs: PyTorchObs, n: int = 1, block: int | None = None) -> torch.Tensor:
+        """``n`` joint actions per observation, ``[N, n, d]`` (float 0/1); ``block``: drawn for
+        each run of that many observations in turn (:func:`~tpo_agents.policies.base.draw_in_blocks`)."""
         probs = torch.sigmoid(self.action_logits(obs))
-        return torch.bernoulli(probs[:, None, :].expand(-1, n, -1))
+        return draw_in_blocks(len(probs), block, lambda rows: torch.bernoulli(probs[rows, None, :].expand(-1, n, -1)))
 
     def step_log_probs(self, obs: PyTorchObs, rows: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """``log pi(actions[i] | obs[rows[i]])`` (``actions`` ``[M, d]``), summed over bits, ``[M]``."""

@@ -20,6 +20,7 @@ from stable_baselines3.common.torch_layers import (
 from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import nn
 
+from tpo_agents.policies.base import draw_in_blocks
 from tpo_agents.policies.mlp_body import MlpBodyPolicy
 
 __all__ = ["GaussianMlpPolicy"]
@@ -116,9 +117,15 @@ class GaussianMlpPolicy(MlpBodyPolicy):
         mean = self._mean(self.mean_net(self.extract_features(obs, self.features_extractor)))
         return _normal(mean, self.log_std.exp().expand_as(mean))
 
-    def sample_actions(self, obs: PyTorchObs, n: int = 1) -> torch.Tensor:
-        """``n`` actions per observation, shape ``[N, n, d]``."""
-        return self.distribution(obs).sample((n,)).transpose(0, 1)
+    def sample_actions(self, obs: PyTorchObs, n: int = 1, block: int | None = None) -> torch.Tensor:
+        """``n`` actions per observation, shape ``[N, n, d]``; ``block``: drawn for each run of
+        that many observations in turn (:func:`~tpo_agents.policies.base.draw_in_blocks`)."""
+        dist = self.distribution(obs)
+        if block is None:
+            return dist.sample((n,)).transpose(0, 1)
+        return draw_in_blocks(
+            len(dist.loc), block, lambda rows: _normal(dist.loc[rows], dist.scale[rows]).sample((n,)).transpose(0, 1)
+        )
 
     def step_log_probs(self, obs: PyTorchObs, rows: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """Log-density of ``actions[i]`` (``[M, d]``) at observation ``rows[i]``, ``[M]``."""

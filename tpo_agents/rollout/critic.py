@@ -70,6 +70,8 @@ DEFAULT_NOVELTY_HALF_LIFE = 10_000
 DEFAULT_N_STEP = 3
 """Both critics' default ``n_step`` (rewards summed before a TD target bootstraps): three
 carried MountainCar-v0's goal back fast enough for TPO to pass PPO-zoo (docs/algorithms.md 4.5)."""
+POLICY_CHUNK = 8192
+"""Rows per policy forward when a critic update scores the next observations of all its steps."""
 NOVELTY_FLOOR = 2.0**-10
 """A fading bonus whose weight has fallen below this fraction of ``novelty`` (ten half-lives)
 is off: no more bonus in the TD targets, no more predictor steps."""
@@ -627,21 +629,34 @@ class QCritic:
         return take_obs(pool, self.rng.choice(obs_len(pool), size=n, replace=True, p=weight / weight.sum()))
 
     # ---------------------------------------------------------------- learning
-    def _q_and_target(self, i: np.ndarray, policy) -> tuple[torch.Tensor, torch.Tensor]:
+    def _q_and_target(self, i: np.ndarray, policy, prepared=None) -> tuple[torch.Tensor, torch.Tensor]:
         """For the replay rows ``i``: Q of the taken actions (with grad) and the expected-SARSA
-        target ``r + gamma (1 - done) sum_a pi(a|s') Q_target(s', a)``, each ``[n_critics, batch]``."""
+        target ``r + gamma (1 - done) sum_a pi(a|s') Q_target(s', a)``, each ``[n_critics, batch]``.
+        ``prepared``: ``(window, pi2)`` from :meth:`_prepare` (default: computed here)."""
         d = self._data
-        window = self.n_step_window(i)
-        next_obs = take_obs(d["next_obs"], i if window is None else window[2])  # for the critic and the policy
+        window, pi2 = self._prepare(i, policy) if prepared is None else prepared
+        next_obs = take_obs(d["next_obs"], i if window is None else window[2])
         s, s2 = self._features(take_obs(d["obs"], i)), self._features(next_obs, target=True)
         with torch.no_grad():
-            obs2, _ = policy.obs_to_tensor(next_obs)
-            pi2 = policy.action_log_probs(obs2).exp().to(self.device)
             v2 = (pi2 * self.q_target(s2)).sum(-1)  # [n_critics, batch]
             y = self._td_target(i, v2, window)
         a = torch.as_tensor(d["actions"][i], device=self.device)
         q = self.q(s).gather(2, a[None, :, None].expand(self.n_critics, -1, 1)).squeeze(2)
         return q, y
+
+    @torch.no_grad()
+    def _prepare(self, i: np.ndarray, policy):
+        """What the TD targets of replay rows ``i`` need that the critic's steps do not change:
+        the ``n_step`` window (:meth:`n_step_window`) and the policy's probabilities at the
+        observation each row bootstraps from, ``[len(i), n_actions]``, in chunks of
+        :data:`POLICY_CHUNK` rows."""
+        window = self.n_step_window(i)
+        next_obs = take_obs(self._data["next_obs"], i if window is None else window[2])
+        probs = []
+        for start in range(0, len(i), POLICY_CHUNK):
+            obs2, _ = policy.obs_to_tensor(take_obs(next_obs, slice(start, start + POLICY_CHUNK)))
+            probs.append(policy.action_log_probs(obs2).exp().to(self.device))
+        return window, torch.cat(probs) if len(probs) > 1 else probs[0]
 
     def n_step_window(self, i: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
         """The ``n_step`` transitions whose rewards the TD targets of rows ``i`` sum (None for
@@ -700,9 +715,15 @@ class QCritic:
         online = [*self.q.parameters(), *self._extractor_parameters()]
         target = [*self.q_target.parameters(), *self._extractor_parameters(target=True)]
         losses = []
-        for _ in range(steps):
-            i = self.rng.integers(0, self._n, size=self.batch_size)
-            q, y = self._q_and_target(i, policy)
+        # The policy stays as it is through these steps, so its probabilities at every step's
+        # next observations (and the n-step windows) come from one batch: one policy forward
+        # per update instead of one per step, row for row the numbers of the per-step calls.
+        draws = self.rng.integers(0, self._n, size=(steps, self.batch_size))
+        window, pi2 = self._prepare(draws.reshape(-1), policy)
+        for k, i in enumerate(draws):
+            rows = slice(k * self.batch_size, (k + 1) * self.batch_size)
+            part = None if window is None else (window[0][:, rows], window[1][:, rows], window[2][rows], window[3][rows])
+            q, y = self._q_and_target(i, policy, (part, pi2[rows]))
             loss = nn.functional.smooth_l1_loss(q, y) * self.n_critics
             for p in online:  # optimizer.zero_grad(), without its per-call torch.compile guard
                 p.grad = None

@@ -28,7 +28,7 @@ from gymnasium import spaces
 from torch import nn
 
 from tpo_agents.checks import int_at_least
-from tpo_agents.rollout.critic import QCritic, QEnsemble, critic_advantages
+from tpo_agents.rollout.critic import POLICY_CHUNK, QCritic, QEnsemble, critic_advantages
 from tpo_agents.rollout.observations import take_obs
 
 __all__ = ["SAMPLED_ACTION_SPACES", "ActionEncoder", "SampledActionCritic"]
@@ -142,16 +142,27 @@ class SampledActionCritic(QCritic):
         super().add(obs, np.zeros(n, dtype=np.int64), rewards, next_obs, terminated, ended)
 
     # ---------------------------------------------------------------- learning
-    def _q_and_target(self, i: np.ndarray, policy) -> tuple[torch.Tensor, torch.Tensor]:
+    @torch.no_grad()
+    def _prepare(self, i: np.ndarray, policy):
+        """As :meth:`QCritic._prepare`, with ``n_target_actions`` next actions sampled from
+        the policy per row, ``[len(i), n_target_actions, d]``, instead of its probabilities,
+        drawn per ``batch_size`` rows as the per-step calls drew them."""
+        window = self.n_step_window(i)
+        next_obs = take_obs(self._data["next_obs"], i if window is None else window[2])
+        actions = []
+        for start in range(0, len(i), POLICY_CHUNK):
+            obs2, _ = policy.obs_to_tensor(take_obs(next_obs, slice(start, start + POLICY_CHUNK)))
+            actions.append(policy.sample_actions(obs2, self.n_target_actions, block=self.batch_size))
+        return window, torch.cat(actions) if len(actions) > 1 else actions[0]
+
+    def _q_and_target(self, i: np.ndarray, policy, prepared=None) -> tuple[torch.Tensor, torch.Tensor]:
         """As :meth:`QCritic._q_and_target`, the next state's value averaged over
         ``n_target_actions`` actions sampled from the policy (the actions cannot be summed over)."""
         d = self._data
-        window = self.n_step_window(i)
+        window, a2 = self._prepare(i, policy) if prepared is None else prepared
         next_obs = take_obs(d["next_obs"], i if window is None else window[2])
         s, s2 = self._features(take_obs(d["obs"], i)), self._features(next_obs, target=True)
         with torch.no_grad():
-            obs2, _ = policy.obs_to_tensor(next_obs)
-            a2 = policy.sample_actions(obs2, self.n_target_actions)
             y = self._td_target(i, self.q_values(self.q_target, s2, a2).mean(-1), window)
         a = torch.as_tensor(self._actions[i], device=self.device)[:, None]
         return self.q_values(self.q, s, a)[..., 0], y
