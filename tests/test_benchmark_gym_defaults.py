@@ -329,6 +329,12 @@ def test_a_tpo_run_made_under_other_defaults_is_run_again(gd, tiny, tmp_path, mo
     assert n_step == DEFAULT_N_STEP > 1 and not gd.runner.made_with_current_defaults(run, record)
     assert not gd.runner.made_with_current_defaults(run, {**record, "resolved": {**record["resolved"], "critic_n_step": 1}})
     record["resolved"]["critic_n_step"] = n_step
+    # The ensemble's size too: a record without it was made with four critics, since two
+    # became the Discrete critic's default.
+    n_critics = record["resolved"].pop("critic_n_critics")
+    assert n_critics == 2 and not gd.runner.made_with_current_defaults(run, record)
+    assert gd.runner.made_with_current_defaults(run, {**record, "resolved": {**record["resolved"], "critic_n_critics": 2}})
+    record["resolved"]["critic_n_critics"] = n_critics
     car = next(r for r in gd.runner.plan_runs(["MountainCar-v0"], ["tpo"], 1, 0.01, 0.5, 1) if r.seed == 0)
     legacy_car = {k: v for k, v in gd.runner.current_defaults(car).items() if k not in critic_keys}
     assert not gd.runner.stopped_bonus_never_scored(car)

@@ -129,15 +129,18 @@ def test_by_default_the_bonus_is_on_for_flat_observations_until_a_signal_and_off
     assert QCritic(flat, 3, novelty=0.0).novelty_model is None
     # The agent says what its critic will be before building it, and builds that critic.
     for env, kwargs, want in (
-        ("MountainCar-v0", None, {"bootstrap": "own", "novelty": 1.0, "novelty_stop": "signal", "n_step": DEFAULT_N_STEP}),
-        ("MountainCar-v0", {"novelty": 0.0}, {"bootstrap": "own", "novelty": 0.0, "novelty_stop": "signal", "n_step": DEFAULT_N_STEP}),
+        ("MountainCar-v0", None,
+         {"bootstrap": "own", "novelty": 1.0, "novelty_stop": "signal", "n_step": DEFAULT_N_STEP, "n_critics": 2}),
+        ("MountainCar-v0", {"novelty": 0.0, "n_critics": 3},
+         {"bootstrap": "own", "novelty": 0.0, "novelty_stop": "signal", "n_step": DEFAULT_N_STEP, "n_critics": 3}),
         ("Pendulum-v1", {"novelty": 2.0, "novelty_stop": "never", "n_step": 3},
-         {"bootstrap": "own", "novelty": 2.0, "novelty_stop": "never", "n_step": 3}),
-    ):
+         {"bootstrap": "own", "novelty": 2.0, "novelty_stop": "never", "n_step": 3, "n_critics": 4}),
+    ):  # two critics of Discrete actions by default, four of sampled ones
         model = TPO("MlpPolicy", env, critic_kwargs=kwargs, batch_size=8, seed=0)
         assert model.resolved_critic_settings() == want
         critic = model.learn(16).critic
-        built = {"bootstrap": critic.bootstrap, "novelty": critic.novelty, "novelty_stop": critic.novelty_stop, "n_step": critic.n_step}
+        built = {"bootstrap": critic.bootstrap, "novelty": critic.novelty, "novelty_stop": critic.novelty_stop,
+                 "n_step": critic.n_step, "n_critics": critic.q.n_critics}
         assert built == want
 
 

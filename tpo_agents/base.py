@@ -559,22 +559,27 @@ class GroupedAlgorithm(BaseAlgorithm):
 
     def resolved_critic_settings(self) -> dict[str, Any]:
         """What the critic of ``critic`` groups is set to, defaults resolved on this agent's
-        observation space without building it: ``bootstrap``, ``novelty`` (the bonus's
-        weight, 0 where the critic encodes its observations), ``novelty_stop`` and ``n_step``."""
+        observation and action spaces without building it: ``bootstrap``, ``novelty`` (the
+        bonus's weight, 0 where the critic encodes its observations), ``novelty_stop``,
+        ``n_step`` and ``n_critics`` (two for ``Discrete`` actions, four for sampled ones)."""
         from tpo_agents.rollout.critic import (
             DEFAULT_BOOTSTRAP,
+            DEFAULT_N_CRITICS,
             DEFAULT_N_STEP,
             DEFAULT_NOVELTY_STOP,
+            SAMPLED_N_CRITICS,
             resolved_novelty,
         )
 
         kwargs = self.critic_kwargs
         novelty = resolved_novelty(kwargs.get("novelty"), self.observation_space, kwargs.get("features_extractor_class"))
+        n_critics = DEFAULT_N_CRITICS if isinstance(self.action_space, spaces.Discrete) else SAMPLED_N_CRITICS
         return {
             "bootstrap": kwargs.get("bootstrap", DEFAULT_BOOTSTRAP),
             "novelty": float(novelty),
             "novelty_stop": kwargs.get("novelty_stop", DEFAULT_NOVELTY_STOP),
             "n_step": int(kwargs.get("n_step", DEFAULT_N_STEP)),
+            "n_critics": int(kwargs.get("n_critics", n_critics)),
         }
 
     def _step_hook(self, callback: BaseCallback) -> OnStep:

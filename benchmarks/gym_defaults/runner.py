@@ -144,8 +144,9 @@ def made_with_current_defaults(run: Run, record: dict) -> bool:
     if isinstance(resolved, dict) and resolved.get("group_mode") == "critic":
         # Made before the critics' bootstrap, novelty bonus and n-step targets were recorded:
         # every critic bootstrapped from its own target net after one step, with no bonus.
+        # Made before the ensemble's size was recorded: four critics (the default until 2026-12-07).
         resolved = {"critic_bootstrap": "own", "critic_novelty": 0.0, "critic_novelty_stop": "never",
-                    "critic_n_step": 1, **resolved}
+                    "critic_n_step": 1, "critic_n_critics": 4, **resolved}
         if (
             resolved["critic_novelty"] == 0.0
             and current.get("critic_novelty", 0.0) > 0.0

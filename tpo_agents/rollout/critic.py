@@ -59,6 +59,13 @@ BOOTSTRAPS = ("own", "min")
 """How the critics of an ensemble bootstrap (:func:`bootstrap_values`)."""
 DEFAULT_BOOTSTRAP = "own"
 """Both critics' default ``bootstrap``."""
+DEFAULT_N_CRITICS = 2
+"""The ``Discrete`` critic's default ``n_critics``: two held every ``Discrete`` env of the
+gym-defaults table on its tuning seeds (four before 2026-12-07) at about a fifth less time per
+critic step; the critic of sampled actions keeps four (:data:`SAMPLED_N_CRITICS`)."""
+SAMPLED_N_CRITICS = 4
+"""The sampled-action critic's default ``n_critics``: two lost two of four Pendulum-v1 tuning
+seeds (docs/algorithms.md 4.5)."""
 NOVELTY_STOPS = ("never", "signal", "fade")
 """When a critic's novelty bonus stops (``novelty_stop``)."""
 DEFAULT_NOVELTY = 1.0
@@ -295,7 +302,8 @@ class QCritic:
         to how much they matter next to where the agent is. Unlike ``|V|`` it ignores a
         reward offset (docs/algorithms.md 4.5).
     :param n_critics: independent critics (different initialisations, same data); the
-        scores use their mean.
+        scores use their mean. Default :data:`DEFAULT_N_CRITICS` (2; the critic of sampled
+        actions: :data:`SAMPLED_N_CRITICS`, 4).
     :param noise_scale: a state's scale is at least this times the critics' disagreement
         about its advantages (:func:`critic_advantages`; needs ``n_critics > 1``).
     :param replay_states: each update also fits the target on this many states per visited
@@ -368,7 +376,7 @@ class QCritic:
         relative_floor: float = 0.0,
         value_floor: float = 0.5,
         learning_starts: int = 0,
-        n_critics: int = 4,
+        n_critics: int = DEFAULT_N_CRITICS,
         noise_scale: float = 1.0,
         replay_states: float = 1.0,
         replay_pool: int = 1,

@@ -28,7 +28,13 @@ from gymnasium import spaces
 from torch import nn
 
 from tpo_agents.checks import int_at_least
-from tpo_agents.rollout.critic import POLICY_CHUNK, QCritic, QEnsemble, critic_advantages
+from tpo_agents.rollout.critic import (
+    POLICY_CHUNK,
+    SAMPLED_N_CRITICS,
+    QCritic,
+    QEnsemble,
+    critic_advantages,
+)
 from tpo_agents.rollout.observations import take_obs
 
 __all__ = ["SAMPLED_ACTION_SPACES", "ActionEncoder", "SampledActionCritic"]
@@ -90,6 +96,8 @@ class SampledActionCritic(QCritic):
     :param action_space: the env's (single) action space, one of :data:`SAMPLED_ACTION_SPACES`.
     :param n_target_actions: next actions sampled from the current policy per transition to
         estimate ``E_{a' ~ pi} Q(s', a')`` in the expected-SARSA target.
+    :param n_critics: the ensemble's size; four by default (:data:`~tpo_agents.rollout.critic.SAMPLED_N_CRITICS`),
+        where the ``Discrete`` critic has two.
     """
 
     sampled = True
@@ -102,6 +110,7 @@ class SampledActionCritic(QCritic):
         device: torch.device | str = "cpu",
         n_target_actions: int = 4,
         net_arch: tuple[int, ...] = (64, 64),
+        n_critics: int = SAMPLED_N_CRITICS,
         **kwargs: Any,
     ):
         if kwargs.get("replay_pool", 1) != 1:
@@ -111,7 +120,7 @@ class SampledActionCritic(QCritic):
             )
         self.encoder = ActionEncoder(action_space)
         self.n_target_actions = int_at_least("n_target_actions", n_target_actions, 1)
-        super().__init__(observation_space, 1, device, net_arch=net_arch, **kwargs)
+        super().__init__(observation_space, 1, device, net_arch=net_arch, n_critics=n_critics, **kwargs)
         # The observation's features as the Discrete critic reads them (its first layer's
         # input), then the action's.
         in_dim = self.q.in_dim + self.encoder.width
