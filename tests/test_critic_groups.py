@@ -678,11 +678,16 @@ def test_grpo_policy_floor_defaults_to_0_1_on_every_action_groups_and_0_elsewher
 
 
 @pytest.mark.parametrize("kind", ["discrete", "sampled"])
-def test_an_update_prepares_every_steps_policy_inputs_at_once_with_the_per_step_numbers(kind):
+def test_an_update_prepares_every_steps_policy_inputs_at_once_with_the_per_step_numbers(kind, monkeypatch):
     # The policy is fixed through an update's steps, so its probabilities (or sampled next
     # actions) at every step's next observations come from one batch, row for row equal to
-    # one call per step (the sampled ones drawn per batch_size rows, as each step drew them).
+    # one call per step (the sampled ones drawn per batch_size rows, as each step drew them),
+    # in chunks of whole steps (here 70 rows a chunk: two steps of 32).
+    import tpo_agents.rollout.critic as critic_module
+
+    monkeypatch.setattr(critic_module, "POLICY_CHUNK", 70)
     critic, policy, feed = _critic_case(kind)
+    assert critic._policy_chunk == 64
     feed([critic], np.random.default_rng(1), n=256)
     draws = np.random.default_rng(2).integers(0, critic._n, size=(5, critic.batch_size))
     torch.manual_seed(3)

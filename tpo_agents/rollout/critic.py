@@ -652,17 +652,22 @@ class QCritic:
         q = self.q(s).gather(2, a[None, :, None].expand(self.n_critics, -1, 1)).squeeze(2)
         return q, y
 
+    @property
+    def _policy_chunk(self) -> int:
+        """Rows per policy forward in :meth:`_prepare`: about :data:`POLICY_CHUNK`, whole steps."""
+        return max(1, POLICY_CHUNK // self.batch_size) * self.batch_size
+
     @torch.no_grad()
     def _prepare(self, i: np.ndarray, policy):
         """What the TD targets of replay rows ``i`` need that the critic's steps do not change:
         the ``n_step`` window (:meth:`n_step_window`) and the policy's probabilities at the
         observation each row bootstraps from, ``[len(i), n_actions]``, in chunks of
-        :data:`POLICY_CHUNK` rows."""
+        :attr:`_policy_chunk` rows."""
         window = self.n_step_window(i)
         next_obs = take_obs(self._data["next_obs"], i if window is None else window[2])
         probs = []
-        for start in range(0, len(i), POLICY_CHUNK):
-            obs2, _ = policy.obs_to_tensor(take_obs(next_obs, slice(start, start + POLICY_CHUNK)))
+        for start in range(0, len(i), self._policy_chunk):
+            obs2, _ = policy.obs_to_tensor(take_obs(next_obs, slice(start, start + self._policy_chunk)))
             probs.append(policy.action_log_probs(obs2).exp().to(self.device))
         return window, torch.cat(probs) if len(probs) > 1 else probs[0]
 

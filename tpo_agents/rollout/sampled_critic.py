@@ -29,7 +29,6 @@ from torch import nn
 
 from tpo_agents.checks import int_at_least
 from tpo_agents.rollout.critic import (
-    POLICY_CHUNK,
     SAMPLED_N_CRITICS,
     QCritic,
     QEnsemble,
@@ -159,8 +158,8 @@ class SampledActionCritic(QCritic):
         window = self.n_step_window(i)
         next_obs = take_obs(self._data["next_obs"], i if window is None else window[2])
         actions = []
-        for start in range(0, len(i), POLICY_CHUNK):
-            obs2, _ = policy.obs_to_tensor(take_obs(next_obs, slice(start, start + POLICY_CHUNK)))
+        for start in range(0, len(i), self._policy_chunk):
+            obs2, _ = policy.obs_to_tensor(take_obs(next_obs, slice(start, start + self._policy_chunk)))
             actions.append(policy.sample_actions(obs2, self.n_target_actions, block=self.batch_size))
         return window, torch.cat(actions) if len(actions) > 1 else actions[0]
 
