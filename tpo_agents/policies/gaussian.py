@@ -121,8 +121,6 @@ class GaussianMlpPolicy(MlpBodyPolicy):
         """``n`` actions per observation, shape ``[N, n, d]``; ``block``: drawn for each run of
         that many observations in turn (:func:`~tpo_agents.policies.base.draw_in_blocks`)."""
         dist = self.distribution(obs)
-        if block is None:
-            return dist.sample((n,)).transpose(0, 1)
         return draw_in_blocks(
             len(dist.loc), block, lambda rows: _normal(dist.loc[rows], dist.scale[rows]).sample((n,)).transpose(0, 1)
         )

@@ -665,11 +665,16 @@ class QCritic:
         :attr:`_policy_chunk` rows."""
         window = self.n_step_window(i)
         next_obs = take_obs(self._data["next_obs"], i if window is None else window[2])
-        probs = []
+        parts = []
         for start in range(0, len(i), self._policy_chunk):
             obs2, _ = policy.obs_to_tensor(take_obs(next_obs, slice(start, start + self._policy_chunk)))
-            probs.append(policy.action_log_probs(obs2).exp().to(self.device))
-        return window, torch.cat(probs) if len(probs) > 1 else probs[0]
+            parts.append(self._policy_at_next(policy, obs2))
+        return window, torch.cat(parts) if len(parts) > 1 else parts[0]
+
+    def _policy_at_next(self, policy, obs2) -> torch.Tensor:
+        """What the TD target needs of the policy at next observations ``obs2``: its
+        probabilities, ``[N, n_actions]``."""
+        return policy.action_log_probs(obs2).exp().to(self.device)
 
     def n_step_window(self, i: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
         """The ``n_step`` transitions whose rewards the TD targets of rows ``i`` sum (None for

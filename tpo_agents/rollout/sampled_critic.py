@@ -150,18 +150,11 @@ class SampledActionCritic(QCritic):
         super().add(obs, np.zeros(n, dtype=np.int64), rewards, next_obs, terminated, ended)
 
     # ---------------------------------------------------------------- learning
-    @torch.no_grad()
-    def _prepare(self, i: np.ndarray, policy):
-        """As :meth:`QCritic._prepare`, with ``n_target_actions`` next actions sampled from
-        the policy per row, ``[len(i), n_target_actions, d]``, instead of its probabilities,
-        drawn per ``batch_size`` rows as the per-step calls drew them."""
-        window = self.n_step_window(i)
-        next_obs = take_obs(self._data["next_obs"], i if window is None else window[2])
-        actions = []
-        for start in range(0, len(i), self._policy_chunk):
-            obs2, _ = policy.obs_to_tensor(take_obs(next_obs, slice(start, start + self._policy_chunk)))
-            actions.append(policy.sample_actions(obs2, self.n_target_actions, block=self.batch_size))
-        return window, torch.cat(actions) if len(actions) > 1 else actions[0]
+    def _policy_at_next(self, policy, obs2) -> torch.Tensor:
+        """As :meth:`QCritic._policy_at_next`, ``n_target_actions`` next actions sampled from the
+        policy per row, ``[N, n_target_actions, d]``, instead of its probabilities, drawn per
+        ``batch_size`` rows as the per-step calls drew them (the chunks are whole steps)."""
+        return policy.sample_actions(obs2, self.n_target_actions, block=self.batch_size)
 
     def _q_and_target(self, i: np.ndarray, policy, prepared=None) -> tuple[torch.Tensor, torch.Tensor]:
         """As :meth:`QCritic._q_and_target`, the next state's value averaged over
