@@ -229,6 +229,61 @@ def test_a_fading_bonus_halves_every_half_life_after_a_signal_that_came_after_a_
     old.__setstate__(state)
     assert old.novelty_weight == 1.0 and old._fade_from is None
 
+@pytest.mark.parametrize("stop", ["signal", "fade"])
+def test_a_stopped_bonus_comes_back_once_the_replay_has_forgotten_every_signal(stop):
+    # MountainCar, 1M steps, two critics (reported seed 3): the goal was found once, the bonus
+    # stopped, the near-uniform policy rarely reached the goal again, the 50,000-row replay
+    # lost its last goal row and from then on every action scored alike, with no drive left.
+    space = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
+    policy = MlpPolicy(space, spaces.Discrete(3), lambda _: 1e-3)
+    critic = QCritic(space, 3, novelty=0.5, novelty_stop=stop, novelty_half_life=1e9, buffer_size=20,
+                     batch_size=8, updates_per_step=1.0)  # fmt: skip
+    _add(critic, [-1.0] * 8, [False] * 8)
+    critic.update(policy)  # the bonus has entered a target
+    _add(critic, [-1.0, -1.0, -1.0], [False, True, False])  # the signal: the 10th transition
+    assert critic._last_signal_at == 10 and critic._fade_from == 11 and critic.signal_in_replay
+    off = 0.0 if stop == "signal" else 0.5  # a fade with an endless half-life keeps the weight
+    assert critic.novelty_weight == off
+    _add(critic, [-1.0] * 18, [False] * 18)  # 29 seen: the signal's row (10) is still there
+    assert critic.signal_in_replay and critic.novelty_weight == pytest.approx(off) and critic._data["terminated"].sum() == 1
+    _add(critic, [-1.0], [False])  # 30: it is overwritten, and the bonus is back at full weight
+    assert not critic.signal_in_replay and critic._data["terminated"].sum() == 0
+    assert critic.novelty_weight == 0.5 and critic.novelty_active
+    count = critic.novelty_model.count
+    _add(critic, [-1.0] * 2, [False] * 2)
+    assert critic.novelty_model.count == count + 2  # the predictor learns the states again
+    _add(critic, [-1.0, 0.0], [False, False])  # a signal again (34): stopped, or faded from here
+    assert critic._last_signal_at == 34 and critic._fade_from == 34 and critic.novelty_weight == pytest.approx(off)
+    # A signal before the bonus entered any target stops it for good, forgotten or not.
+    early = QCritic(space, 3, novelty=0.5, novelty_stop=stop, buffer_size=20)
+    _add(early, [-1.0, -1.0], [False, True])
+    _add(early, [-1.0] * 40, [False] * 40)
+    assert not early.signal_in_replay and early._fade_from is None and early.novelty_weight == 0.0
+    # A critic pickled before the replay's signals were tracked counts its last one as recent.
+    state = critic.__getstate__()
+    del state["_last_signal_at"]
+    old = QCritic.__new__(QCritic)
+    old.__setstate__(state)
+    assert old._last_signal_at == old.n_seen == 34 and old.novelty_weight == pytest.approx(off)
+    _add(old, [-1.0] * 20, [False] * 20)
+    assert old.novelty_weight == 0.5
+
+
+def test_an_agent_logs_its_bonus_weight(tmp_path):
+    from stable_baselines3.common.logger import configure
+
+    model = TPO("MlpPolicy", "MountainCar-v0", seed=0, n_envs=2)
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    model.learn(400)
+    rows = (tmp_path / "progress.csv").read_text().splitlines()
+    column = rows[0].split(",").index("rollout/novelty_weight")
+    assert [float(r.split(",")[column]) for r in rows[1:]] == [1.0] * (len(rows) - 1)  # no goal yet
+    plain = TPO("MlpPolicy", "CartPole-v1", seed=0, critic_kwargs={"novelty": 0.0})
+    plain.set_logger(configure(str(tmp_path / "plain"), ["csv"]))
+    plain.learn(200)
+    assert "rollout/novelty_weight" not in (tmp_path / "plain" / "progress.csv").read_text()
+
+
 def test_a_stopped_bonus_leaves_the_target_and_the_predictor_alone():
     critic = _fed_critic(QCritic, novelty=1.0, novelty_stop="signal", updates_per_step=1.0)
     assert critic.signal_seen  # _fed_critic's rewards are normal draws, some of them terminal

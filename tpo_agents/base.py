@@ -623,6 +623,8 @@ class GroupedAlgorithm(BaseAlgorithm):
             self.branch_env_steps += ctx.scorer.env_steps - simulated
             self.logger.record("rollout/branch_env_steps", self.branch_env_steps)
         self.logger.record("rollout/env_steps_total", self.env_steps_total)
+        if getattr(self.critic, "novelty_model", None) is not None:  # on until a signal, back once forgotten
+            self.logger.record("rollout/novelty_weight", self.critic.novelty_weight)
         if batch is None:
             return False
         self._batch = batch

@@ -416,8 +416,13 @@ class QCritic:
         the next step's rows follow them (``n_step > 1``)."""
         self._last_ended: np.ndarray | None = None
         self._fade_from: int | None = None
-        """Transitions seen when the env signalled, if a bonus had been scored by then
-        (``novelty_stop="fade"``: the weight halves every ``novelty_half_life`` from there)."""
+        """Transitions seen when the env signalled to a scored bonus (the first signal, or the
+        first after the replay had forgotten every signal): None where the env signalled before
+        the bonus entered a target, which then never does. ``novelty_stop="fade"``: the weight
+        halves every ``novelty_half_life`` from there."""
+        self._last_signal_at: int | None = None
+        """Transitions seen when the latest signal was stored (the replay holds it while fewer
+        than ``buffer_size`` have come since: :attr:`signal_in_replay`)."""
         self.signal_seen = False
         """Whether a stored transition had a reward unlike the first one, or terminated
         where the first reward is not 0."""
@@ -467,6 +472,9 @@ class QCritic:
         state.setdefault("_last_ended", None)
         state.setdefault("signal_seen", True)  # unknown: a bonus stopped at a signal stays off
         state.setdefault("_first_reward", None)
+        # Pickled before the replay's signals were tracked: the last one is taken to be as recent
+        # as the checkpoint, so a stopped bonus comes back only after a replay's worth without one.
+        state.setdefault("_last_signal_at", state.get("n_seen", 0) if state["signal_seen"] else None)
         rows = state.pop("_data_rows", None)
         if rows is not None:  # the replay was pickled without its unwritten rows: put them back
             filled = state["_data"]
@@ -579,31 +587,53 @@ class QCritic:
         self._n = min(self._n + n, self.buffer_size)
         self._pending += n
         self.n_seen += n
-        if not self.signal_seen:
-            rewards = np.asarray(rewards, dtype=np.float32).reshape(-1)
-            if self._first_reward is None and len(rewards):
-                self._first_reward = float(rewards[0])
-            # An end is news only where going on was worth something (the first reward, kept up,
-            # is worth r / (1 - gamma) != 0): FrozenLake's holes end at the 0 that wandering
-            # earns, CartPole's and MountainCar's ends stop a stream of +1 or -1.
-            stream_ended = self._first_reward != 0.0 and bool(np.any(terminated))
-            self.signal_seen = stream_ended or bool(np.any(rewards != self._first_reward))
-            if self.signal_seen and self.novelty_scored:  # a fading bonus fades from here
-                self._fade_from = self.n_seen
+        if not self.signal_seen or self.novelty_model is not None:
+            self._note_signals(np.asarray(rewards, dtype=np.float32).reshape(-1), terminated)
         if self.novelty_active:
             self.novelty_model.observe(self._features(next_obs))
+
+    def _note_signals(self, rewards: np.ndarray, terminated) -> None:
+        """Record whether this vector step stored a signal (:attr:`signal_seen`), and where."""
+        if self._first_reward is None and len(rewards):
+            self._first_reward = float(rewards[0])
+        # An end is news only where going on was worth something (the first reward, kept up,
+        # is worth r / (1 - gamma) != 0): FrozenLake's holes end at the 0 that wandering
+        # earns, CartPole's and MountainCar's ends stop a stream of +1 or -1.
+        signal = rewards != self._first_reward
+        if self._first_reward != 0.0:
+            signal = signal | np.asarray(terminated, dtype=bool).reshape(-1)
+        if not signal.any():
+            return
+        if not self.signal_in_replay and self.novelty_scored:  # a bonus that was on stops or fades from here
+            self._fade_from = self.n_seen
+        self.signal_seen = True
+        self._last_signal_at = self.n_seen - len(signal) + 1 + int(np.flatnonzero(signal)[-1])
+
+    @property
+    def signal_in_replay(self) -> bool:
+        """Whether the replay still holds a transition that signalled (rows are overwritten
+        oldest first, so the latest signal is the last to go)."""
+        return self._last_signal_at is not None and self.n_seen - self._last_signal_at < self.buffer_size
 
     @property
     def novelty_weight(self) -> float:
         """The bonus's weight in the TD target now: ``novelty`` until the env's first signal;
         after it ``novelty`` (``"never"``), 0 (``"signal"``), or for ``"fade"`` ``novelty``
-        halved every ``novelty_half_life`` transitions since the signal (0 where the signal came
-        before any bonus was scored, or once below :data:`NOVELTY_FLOOR` of ``novelty``)."""
+        halved every ``novelty_half_life`` transitions since the signal (0 once below
+        :data:`NOVELTY_FLOOR` of ``novelty``). Where the signal came before any bonus was
+        scored, 0 for good. Otherwise a bonus that stopped or faded is back at ``novelty`` once
+        the replay holds no signal any more (:attr:`signal_in_replay`): a policy that lost the
+        reward, whose critic has forgotten it, has nothing else to drive it back (``"signal"``
+        and ``"fade"``; the next signal stops or fades it again)."""
         if self.novelty_model is None:
             return 0.0
         if not self.signal_seen or self.novelty_stop == "never":
             return self.novelty
-        if self.novelty_stop == "signal" or self._fade_from is None:
+        if self._fade_from is None:
+            return 0.0
+        if not self.signal_in_replay:
+            return self.novelty
+        if self.novelty_stop == "signal":
             return 0.0
         share = 0.5 ** ((self.n_seen - self._fade_from) / self.novelty_half_life)
         return self.novelty * share if share >= NOVELTY_FLOOR else 0.0
