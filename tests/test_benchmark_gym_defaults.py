@@ -373,6 +373,22 @@ def test_zoo_budget_gives_rl_zoo3_n_timesteps_where_it_tuned_ppo_for_longer(gd, 
     assert "rl-zoo3's own `n_timesteps`" in (tmp_path / "gym_defaults-zoo-budget.md").read_text()
 
 
+def test_an_env_with_noisy_evaluations_is_evaluated_on_more_episodes(gd, tmp_path):
+    # Slippery FrozenLake's best policy succeeds about 3 times in 4: 10 episodes would leave a
+    # seed's mean of 5 evaluations about +-0.065 of noise.
+    assert gd.config.ENVS["FrozenLake-v1-slippery"].min_eval_episodes == 100
+    runs = gd.runner.plan_runs(["FrozenLake-v1-slippery", "CartPole-v1"], ["tpo", "ppo_zoo"], 1, 0.001, 0.5, 10)
+    assert [(r.env, r.method, r.n_eval_episodes) for r in runs] == [
+        ("FrozenLake-v1-slippery", "tpo", 100), ("FrozenLake-v1-slippery", "ppo_zoo", 100),
+        ("CartPole-v1", "tpo", 10), ("CartPole-v1", "ppo_zoo", 10)]  # fmt: skip
+    assert gd.runner.plan_runs(["FrozenLake-v1-slippery"], ["tpo"], 1, 0.001, 0.5, 200)[0].n_eval_episodes == 200
+    cfg = {"timesteps_scale": 1, "n_seeds": 5, "n_eval_episodes": 10, "eval_every_fraction": 0.05,
+           "rl_zoo3_version": "2.9.2", "n_eval_episodes_per_env": {"CartPole-v1": 10, "FrozenLake-v1-slippery": 100}}
+    assert "evaluated on 10 episodes (100 on FrozenLake-v1-slippery) of a separately" in gd.report.protocol(cfg)
+    del cfg["n_eval_episodes_per_env"]  # a page written before the option
+    assert "evaluated on 10 episodes of a separately" in gd.report.protocol(cfg)
+
+
 def test_the_table_names_the_worst_seed_by_the_mean_of_its_last_evaluations(gd):
     from benchmarks.harness import summarize_method
 

@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
             "eval_every_fraction": args.eval_every_fraction,
             "eval_every": {e: envs[e]["eval_every"] for e in env_names},
             "n_eval_episodes": args.n_eval_episodes,
+            "n_eval_episodes_per_env": {e: max(args.n_eval_episodes, ENVS[e].min_eval_episodes) for e in env_names},
             "eval_deterministic": True,
             "eval_seed_offset": EVAL_SEED_OFFSET,
             "workers": args.workers,

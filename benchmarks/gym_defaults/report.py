@@ -130,6 +130,12 @@ def _worst_seed(m: dict) -> str:
     return f"{per_seed[i]:.2f} (seed {m['seeds'][i]})"
 
 
+def _more_episodes(cfg: dict) -> str:
+    """Where an env is evaluated on more episodes than the rest (its ``min_eval_episodes``)."""
+    more = {e: n for e, n in cfg.get("n_eval_episodes_per_env", {}).items() if n != cfg["n_eval_episodes"]}
+    return "".join(f" ({n} on {e})" for e, n in more.items())
+
+
 def protocol(cfg: dict) -> str:
     """The page's opening paragraph: what each method is and how it was measured."""
     return (
@@ -139,7 +145,7 @@ def protocol(cfg: dict) -> str:
         + "), counting every kind: steps of the training env and the steps of "
         "state copies that `branch` groups play (`env_steps_total`); "
         f"{cfg['n_seeds']} seeds; the greedy policy is evaluated on "
-        f"{cfg['n_eval_episodes']} episodes of a separately seeded eval env every "
+        f"{cfg['n_eval_episodes']} episodes{_more_episodes(cfg)} of a separately seeded eval env every "
         f"{cfg['eval_every_fraction']:g} of the budget. TPO and GRPO: `TPO(\"MlpPolicy\", env, seed=s)`, "
         "no other argument. PPO-zoo: SB3 PPO with rl-zoo3's hyperparameters for the env "
         f"(rl-zoo3 {cfg['rl_zoo3_version']}); its `n_timesteps` is dropped (every method gets this "

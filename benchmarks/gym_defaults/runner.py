@@ -45,8 +45,9 @@ def plan_runs(
         timesteps = max(1, round(env_budget(env_name, budget) * timesteps_scale))
         eval_every = max(1, round(timesteps * eval_every_fraction))
         hyper = {m: method_hyperparameters(env_name, m) for m in methods}
+        episodes = max(n_eval_episodes, ENVS[env_name].min_eval_episodes)
         for seed in range(seeds):
-            runs += [Run(NAME, env_name, m, seed, timesteps, eval_every, n_eval_episodes, hyper[m]) for m in methods]
+            runs += [Run(NAME, env_name, m, seed, timesteps, eval_every, episodes, hyper[m]) for m in methods]
     return runs
 
 

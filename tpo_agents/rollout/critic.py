@@ -351,7 +351,11 @@ class QCritic:
         :data:`NOVELTY_FLOOR` of ``novelty``), so the values the bonus built up are unlearned
         gradually instead of all at once. ``"never"``: the bonus is added for the whole
         run, which drives the policy to rare states even after it has found the reward (it
-        broke CartPole-v1; docs/algorithms.md 4.5).
+        broke CartPole-v1; docs/algorithms.md 4.5). With ``"signal"`` and ``"fade"`` a bonus that
+        had entered a target before the signal is back at full weight once the replay holds no
+        signalling transition any more (:attr:`signal_in_replay`), until the next signal: a
+        policy that found the reward once but did not learn to repeat it, or lost it, is not
+        left with a critic that scores every action alike and nothing to explore by.
     :param novelty_half_life: transitions per halving of a fading bonus (``novelty_stop="fade"``).
     :param n_step: rewards summed before the TD target bootstraps: ``r_t + gamma r_{t+1} + ...
         + gamma^{n-1} r_{t+n-1} + gamma^n V(s_{t+n})``, along the replay's own episode (cut
