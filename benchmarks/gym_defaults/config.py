@@ -93,6 +93,11 @@ ENVS: dict[str, BenchEnv] = {
 }
 
 
+def eval_episodes(env_name: str, n_eval_episodes: int) -> int:
+    """Episodes per evaluation of ``env_name``: ``n_eval_episodes``, or its ``min_eval_episodes`` if more."""
+    return max(n_eval_episodes, ENVS[env_name].min_eval_episodes)
+
+
 def missing_requirement(env_name: str) -> str | None:
     """Why ``env_name`` cannot run here (its ``requires`` module fails to import), or None."""
     module = ENVS[env_name].requires

@@ -11,7 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.gym_defaults.config import ENVS, NAME, convert_zoo_entry, method_hyperparameters
+from benchmarks.gym_defaults.config import (
+    ENVS,
+    NAME,
+    convert_zoo_entry,
+    eval_episodes,
+    method_hyperparameters,
+)
 from benchmarks.harness import EVAL_SEED_OFFSET, Run, run_all, train_run
 from zoo.jobs.sweep import code_version
 
@@ -45,7 +51,7 @@ def plan_runs(
         timesteps = max(1, round(env_budget(env_name, budget) * timesteps_scale))
         eval_every = max(1, round(timesteps * eval_every_fraction))
         hyper = {m: method_hyperparameters(env_name, m) for m in methods}
-        episodes = max(n_eval_episodes, ENVS[env_name].min_eval_episodes)
+        episodes = eval_episodes(env_name, n_eval_episodes)
         for seed in range(seeds):
             runs += [Run(NAME, env_name, m, seed, timesteps, eval_every, episodes, hyper[m]) for m in methods]
     return runs
