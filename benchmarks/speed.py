@@ -29,10 +29,14 @@ Baselines, named in the output:
   seed-iteration of sequence-level TPO at H = 8 on this 2-core CPU, quoted), and, with
   ``--artifact-src DIR`` (the ``src`` folder of a checkout of the paper's code), that
   runner itself timed in the same run (:mod:`benchmarks.artifact_sweep`):
-  ``artifact_sweep_measured`` and ``speedup_vs_artifact_sweep_measured``.
+  ``artifact_sweep_measured`` and ``speedup_vs_artifact_sweep_measured``;
+* ``sweep_whole_run`` (``--sweep-run-iterations N``): the same sweep, each seed trained for
+  ``N`` iterations from a fresh policy (2000: a whole run of the paper's sweeps), against the
+  same measured artifact runner, whose cost per iteration does not change over a run (jit,
+  static shapes) while ours falls as a seed's K completions of a prompt come to agree.
 
 Usage: ``python -m benchmarks.speed [--threads 1 2] [--iterations 5] [--substrate paper ours]
-[--sweep-workers 2] [--artifact-src DIR] [--malloc keep|default] [--no-jax-baseline] [--out results/speed.json]`` (``keep``, the default, keeps freed activation memory in the
+[--sweep-workers 2] [--sweep-run-iterations N] [--artifact-src DIR] [--malloc keep|default] [--no-jax-baseline] [--out results/speed.json]`` (``keep``, the default, keeps freed activation memory in the
 heap: see :mod:`zoo.jobs.runtime`).
 """
 
@@ -196,11 +200,16 @@ def _sweep_worker(name: str, substrate: str, seed: int, iterations: int, start, 
     start.wait()  # every worker times the same stretch of wall clock
     t0 = time.perf_counter()
     timed_iterations(model, iterations)
-    queue.put((time.perf_counter() - t0, iterations + 1))
+    seconds = time.perf_counter() - t0
+    # The last episodes' success rate: the timed stretch trained a policy, not just spent time.
+    success = float(np.mean([info["r"] for info in model.ep_info_buffer])) if model.ep_info_buffer else float("nan")
+    queue.put((seed, seconds, iterations + 1, success))
 
 
 def sweep_throughput(name: str, substrate: str, iterations: int, workers: int) -> dict:
-    """Milliseconds per seed-iteration with ``workers`` single-thread processes at once."""
+    """Milliseconds per seed-iteration with ``workers`` single-thread processes at once, each
+    training seed ``0 .. workers - 1`` for ``iterations + 1`` iterations from a fresh policy
+    (``final_success``: each seed's success rate over its last 100 episodes)."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -208,12 +217,17 @@ def sweep_throughput(name: str, substrate: str, iterations: int, workers: int) -
     procs = [ctx.Process(target=_sweep_worker, args=(name, substrate, s, iterations, start, queue)) for s in range(workers)]
     for p in procs:
         p.start()
-    results = [queue.get(timeout=3600) for _ in procs]
+    results = sorted(queue.get(timeout=6 * 3600) for _ in procs)
     for p in procs:
         p.join()
-    wall = max(seconds for seconds, _ in results)
-    seed_iterations = sum(n for _, n in results)
-    out = {"workers": workers, "ms_per_seed_iteration": 1e3 * wall / seed_iterations}
+    wall = max(seconds for _, seconds, _, _ in results)
+    seed_iterations = sum(n for _, _, n, _ in results)
+    out = {
+        "workers": workers,
+        "iterations_per_seed": iterations + 1,
+        "ms_per_seed_iteration": 1e3 * wall / seed_iterations,
+        "final_success": [success for _, _, _, success in results],
+    }
     if name in ARTIFACT_SWEEP_MS_PER_SEED_ITERATION:
         ref = ARTIFACT_SWEEP_MS_PER_SEED_ITERATION[name]
         out["artifact_ms_per_seed_iteration"] = ref
@@ -261,6 +275,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--sweep-workers", type=int, default=2,
         help="processes of the seed-sweep throughput measurement of sequence TPO (0: skip it)",
+    )
+    parser.add_argument(
+        "--sweep-run-iterations", type=int, default=0, metavar="N",
+        help="also time whole sweep runs: each worker trains its seed for N iterations from a fresh "
+        "policy (2000: the paper's run), as the seed sweeps of zoo.paper do (0: skip)",
     )
     parser.add_argument(
         "--artifact-src", type=Path, default=None, metavar="DIR",
@@ -319,6 +338,23 @@ def main(argv: list[str] | None = None) -> dict:
                 + (f"; measured x{m['speedup_vs_artifact_sweep_measured']:.2f}" if measured else ""),
                 flush=True,
             )
+        if args.sweep_run_iterations > 0:
+            # The artifact's runner does the same work every iteration (jit, static shapes), so
+            # its rate above holds for a whole run; ours gets cheaper as a seed's K completions
+            # of a prompt come to agree, which only a whole run shows.
+            result["sweep_whole_run"] = {}
+            for substrate in args.substrate:
+                m = sweep_throughput("tpo", substrate, args.sweep_run_iterations - 1, args.sweep_workers)
+                result["sweep_whole_run"][substrate] = m
+                if measured is not None:
+                    m["speedup_vs_artifact_sweep_measured"] = measured["ms_per_seed_iteration"] / m["ms_per_seed_iteration"]
+                print(
+                    f"whole-run sweep {substrate:5s} tpo: {m['ms_per_seed_iteration']:.1f} ms per seed-iteration "
+                    f"over {m['iterations_per_seed']} iterations per seed with {m['workers']} workers "
+                    f"(success at the end {m['final_success']})"
+                    + (f"; against the measured artifact x{m['speedup_vs_artifact_sweep_measured']:.2f}" if measured else ""),
+                    flush=True,
+                )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     return result

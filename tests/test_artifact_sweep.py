@@ -72,7 +72,8 @@ def test_speed_benchmark_reports_the_measured_artifact_beside_our_sweep(tmp_path
     out = tmp_path / "speed.json"
     result = speed.main([
         "--threads", "1", "--iterations", "1", "--methods", "tpo", "--substrate", "paper",
-        "--sweep-workers", "2", "--no-jax-baseline", "--artifact-src", str(src), "--out", str(out),
+        "--sweep-workers", "2", "--sweep-run-iterations", "3", "--no-jax-baseline", "--artifact-src", str(src),
+        "--out", str(out),
     ])
     saved = json.loads(out.read_text())
     assert saved["config"]["artifact_src"] == str(src)
@@ -80,3 +81,7 @@ def test_speed_benchmark_reports_the_measured_artifact_beside_our_sweep(tmp_path
     sweep = saved["sweep"]["paper"]
     assert sweep["speedup_vs_artifact_sweep_measured"] == pytest.approx(measured / sweep["ms_per_seed_iteration"])
     assert result["sweep"]["paper"] == sweep
+    whole = saved["sweep_whole_run"]["paper"]  # each seed trained 3 iterations, timed whole
+    assert whole["iterations_per_seed"] == 3 and whole["workers"] == 2 and sweep["iterations_per_seed"] == 2
+    assert whole["speedup_vs_artifact_sweep_measured"] == pytest.approx(measured / whole["ms_per_seed_iteration"])
+    assert len(whole["final_success"]) == 2 and all(0.0 <= s <= 1.0 for s in whole["final_success"])
