@@ -236,10 +236,15 @@ def test_report_of_the_committed_results(tmp_path):
     assert "| 1 | tpo (paper) |" in speed and "| 2 | ppo (ours) |" in speed
     assert "<details><summary>Config</summary>" in speed
     assert "The artifact's vmapped 20-seed runner, timed in this run: 1039.8 ms" in speed
-    sweep = md.split("## speed-sweep")[1]  # per-substrate rows and the paper's runner timed beside ours
-    assert "| 1 | tpo (paper) |" in sweep and "| 2 | tpo (ours) |" in sweep
-    assert "The artifact's vmapped 20-seed runner, timed in this run: 852.6 ms" in sweep
-    assert re.search(r"Seed sweep \(paper substrate.*x4\.32 vs the artifact's vmapped runner timed in this run", sweep)
+    sweep = md.split("## speed-sweep")[1]  # the paper's runner timed beside our first iterations and whole runs
+    assert "| 2 | tpo (paper) |" in sweep
+    assert "The artifact's vmapped 20-seed runner, timed in this run: 1103.5 ms" in sweep
+    assert re.search(r"Seed sweep \(paper substrate.*x3\.93 vs the artifact's vmapped runner timed in this run", sweep)
+    assert re.search(
+        r"Seed sweep, whole runs \(paper substrate, sequence TPO, 2 single-thread workers, 2000 iterations per seed\): "
+        r"85 ms per seed-iteration, x13\.04 vs the artifact's vmapped runner timed in this run",
+        sweep,
+    )
 
 
 def test_report_bad_input(tmp_path, capsys):

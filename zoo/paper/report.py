@@ -260,17 +260,20 @@ def speed_table(data: dict) -> str:
             f"\nThe artifact's vmapped 20-seed runner, timed in this run: "
             f"{num(measured.get('ms_per_seed_iteration'), '.1f')} ms per seed-iteration."
         )
-    for substrate, m in data.get("sweep", {}).items():
-        versus = (
-            f"x{num(m.get('speedup_vs_artifact_sweep_measured'), '.2f')} vs the artifact's vmapped runner "
-            "timed in this run"
-            if "speedup_vs_artifact_sweep_measured" in m
-            else f"x{num(m.get('speedup_vs_artifact_sweep'), '.2f')} vs the artifact's vmapped runner (quoted)"
-        )
-        lines.append(
-            f"\nSeed sweep ({substrate} substrate, sequence TPO, {m.get('workers')} single-thread "
-            f"workers): {num(m.get('ms_per_seed_iteration'))} ms per seed-iteration, {versus}."
-        )
+    # "sweep": a fresh policy's first iterations; "sweep_whole_run": whole runs of each seed.
+    for key, what in (("sweep", "Seed sweep"), ("sweep_whole_run", "Seed sweep, whole runs")):
+        for substrate, m in data.get(key, {}).items():
+            versus = (
+                f"x{num(m.get('speedup_vs_artifact_sweep_measured'), '.2f')} vs the artifact's vmapped runner "
+                "timed in this run"
+                if "speedup_vs_artifact_sweep_measured" in m
+                else f"x{num(m.get('speedup_vs_artifact_sweep'), '.2f')} vs the artifact's vmapped runner (quoted)"
+            )
+            span = f", {m['iterations_per_seed']} iterations per seed" if "iterations_per_seed" in m else ""
+            lines.append(
+                f"\n{what} ({substrate} substrate, sequence TPO, {m.get('workers')} single-thread "
+                f"workers{span}): {num(m.get('ms_per_seed_iteration'))} ms per seed-iteration, {versus}."
+            )
     return "\n".join(lines)
 
 
