@@ -95,6 +95,14 @@ def test_verdict_names_which_side_differs(ours, theirs, paper, words):
     assert words in artifact_cells.verdict(ours, theirs, paper)
 
 
+def test_a_verdict_under_six_seeds_of_the_paper_code_says_it_is_provisional():
+    five, six = [98.3] * 5, [98.3] * 6
+    assert artifact_cells.verdict([0.0, 20.0], five, "66.6").startswith(
+        "provisional (5 of the 6 seeds of the paper's code a verdict needs): ours (10.0)"
+    )
+    assert artifact_cells.verdict([0.0, 20.0], six, "66.6").startswith("ours (10.0) and the paper's code (98.3) differ")
+
+
 def test_a_cell_must_be_method_colon_horizon():
     with pytest.raises(SystemExit):
         artifact_cells.main(["--cells", "grpo9", "--report-only"])
