@@ -321,38 +321,30 @@ def main(argv: list[str] | None = None) -> dict:
             )
         result["threads"][str(threads)] = row
     if args.sweep_workers > 0 and "tpo" in args.methods:
-        result["sweep"] = {}
         measured = None
         if args.artifact_src is not None:
             measured = artifact_sweep.measure(args.artifact_src)
             result["artifact_sweep_measured"] = measured
             print(f"artifact's sweep, measured: {measured['ms_per_seed_iteration']:.1f} ms per seed-iteration", flush=True)
-        for substrate in args.substrate:
-            result["sweep"][substrate] = m = sweep_throughput("tpo", substrate, args.iterations, args.sweep_workers)
-            if measured is not None:
-                m["speedup_vs_artifact_sweep_measured"] = measured["ms_per_seed_iteration"] / m["ms_per_seed_iteration"]
-            print(
-                f"sweep {substrate:5s} tpo: {m['ms_per_seed_iteration']:.1f} ms per seed-iteration "
-                f"with {m['workers']} workers; artifact's sweep {m['artifact_ms_per_seed_iteration']:.0f} "
-                f"(x{m['speedup_vs_artifact_sweep']:.2f})"
-                + (f"; measured x{m['speedup_vs_artifact_sweep_measured']:.2f}" if measured else ""),
-                flush=True,
-            )
+        # "sweep": a fresh policy's first iterations, our slowest phase; "sweep_whole_run": each
+        # seed trained for N iterations. The artifact's runner does the same work every iteration
+        # (jit, static shapes), so its measured rate holds for both; ours gets cheaper as a
+        # seed's K completions of a prompt come to agree, which only a whole run shows.
+        spans = [("sweep", args.iterations)]
         if args.sweep_run_iterations > 0:
-            # The artifact's runner does the same work every iteration (jit, static shapes), so
-            # its rate above holds for a whole run; ours gets cheaper as a seed's K completions
-            # of a prompt come to agree, which only a whole run shows.
-            result["sweep_whole_run"] = {}
+            spans.append(("sweep_whole_run", args.sweep_run_iterations - 1))
+        for key, iterations in spans:
+            result[key] = {}
             for substrate in args.substrate:
-                m = sweep_throughput("tpo", substrate, args.sweep_run_iterations - 1, args.sweep_workers)
-                result["sweep_whole_run"][substrate] = m
+                result[key][substrate] = m = sweep_throughput("tpo", substrate, iterations, args.sweep_workers)
                 if measured is not None:
                     m["speedup_vs_artifact_sweep_measured"] = measured["ms_per_seed_iteration"] / m["ms_per_seed_iteration"]
                 print(
-                    f"whole-run sweep {substrate:5s} tpo: {m['ms_per_seed_iteration']:.1f} ms per seed-iteration "
-                    f"over {m['iterations_per_seed']} iterations per seed with {m['workers']} workers "
-                    f"(success at the end {m['final_success']})"
-                    + (f"; against the measured artifact x{m['speedup_vs_artifact_sweep_measured']:.2f}" if measured else ""),
+                    f"{key} {substrate:5s} tpo: {m['ms_per_seed_iteration']:.1f} ms per seed-iteration over "
+                    f"{m['iterations_per_seed']} iterations per seed with {m['workers']} workers (success at "
+                    f"the end {m['final_success']}); artifact's sweep {m['artifact_ms_per_seed_iteration']:.0f} "
+                    f"(x{m['speedup_vs_artifact_sweep']:.2f})"
+                    + (f"; measured x{m['speedup_vs_artifact_sweep_measured']:.2f}" if measured else ""),
                     flush=True,
                 )
     args.out.parent.mkdir(parents=True, exist_ok=True)
