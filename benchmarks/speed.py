@@ -297,6 +297,8 @@ def main(argv: list[str] | None = None) -> dict:
         help="skip the same-run JAX baseline of sequence-level TPO (needs jax and optax)",
     )
     args = parser.parse_args(argv)
+    if args.sweep_run_iterations < 0:
+        parser.error(f"--sweep-run-iterations must be 0 (skip) or a number of iterations; got {args.sweep_run_iterations}")
     if args.malloc == "keep":
         keep_freed_memory()
     config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks import speed
 
 
@@ -31,3 +33,9 @@ def test_speed_benchmark_writes_phases_baselines_and_flops(tmp_path):
     jax = tpo["jax_baseline"]
     assert jax["iteration_ms"] > 0 and jax["busy_threads"] == 1 and "jax_baseline" not in dg
     assert tpo["speedup_vs_jax"] == jax["iteration_ms"] / tpo["iteration_ms"]
+
+
+def test_a_negative_whole_run_length_is_refused_by_name(capsys):
+    with pytest.raises(SystemExit):
+        speed.main(["--sweep-run-iterations", "-3", "--methods", "dg"])
+    assert "--sweep-run-iterations must be 0 (skip) or a number of iterations; got -3" in capsys.readouterr().err
