@@ -340,6 +340,13 @@ def test_a_tpo_run_made_under_other_defaults_is_run_again(gd, tiny, tmp_path, mo
     assert not gd.runner.stopped_bonus_never_scored(car)
     assert not gd.runner.made_with_current_defaults(car, {"resolved": legacy_car})
     assert gd.runner.made_with_current_defaults(car, {"resolved": {**legacy_car, **critic_keys}})
+    # The bonus's predictor trains once per critic update since 2026-12-08: a record without
+    # that key trained it at every critic step, which changed the run only where it scored.
+    assert legacy_car["critic_novelty_training"] == "per_update"
+    per_step_car = {k: v for k, v in {**legacy_car, **critic_keys}.items() if k != "critic_novelty_training"}
+    assert not gd.runner.made_with_current_defaults(car, {"resolved": per_step_car})
+    per_step = {k: v for k, v in record["resolved"].items() if k != "critic_novelty_training"}
+    assert gd.runner.made_with_current_defaults(run, {**record, "resolved": {**per_step, **critic_keys}})
     assert not gd.runner.made_with_current_defaults(run, {**record, "resolved": {**record["resolved"], "critic_bootstrap": "min"}})
     record["resolved"].pop("target_floor")  # as a run made before TPO floored its critic targets
     path.write_text(json.dumps(record))

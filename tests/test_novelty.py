@@ -11,7 +11,8 @@ import torch
 from gymnasium import spaces
 
 from tpo_agents import TPO, MlpPolicy
-from tpo_agents.rollout.critic import DEFAULT_N_STEP, QCritic
+from tpo_agents.policies import GaussianMlpPolicy
+from tpo_agents.rollout.critic import DEFAULT_N_STEP, NOVELTY_ROWS_PER_STEP, QCritic
 from tpo_agents.rollout.novelty import RandomNetworkNovelty
 from tpo_agents.rollout.sampled_critic import SampledActionCritic
 
@@ -98,14 +99,45 @@ def test_the_td_target_adds_the_weighted_novelty_of_the_next_state(cls):
     torch.testing.assert_close(plain._td_target(i, next_value), r + plain.gamma * (1 - done) * next_value)
 
 
-def test_each_critic_step_trains_the_predictor_on_its_batch():
-    critic = _fed_critic(QCritic, novelty=1.0, updates_per_step=1.0)
+def test_an_update_trains_the_predictor_on_its_drawn_rows_a_thousand_and_twenty_four_at_a_time():
+    critic = _fed_critic(QCritic, novelty=1.0, n=1500, updates_per_step=1.0)  # 1500 steps of 32 rows
     before = [p.detach().clone() for p in critic.novelty_model.predictor.parameters()]
-    policy = MlpPolicy(critic.observation_space, spaces.Discrete(3), lambda _: 1e-3)
-    critic.update(policy)
+    trained = []
+    train = critic.novelty_model.train
+    critic.novelty_model.train = lambda x: trained.append(len(x)) or train(x)
+    critic.update(MlpPolicy(critic.observation_space, spaces.Discrete(3), lambda _: 1e-3))
+    assert trained == [NOVELTY_ROWS_PER_STEP] * 46 + [1500 * 32 - 46 * NOVELTY_ROWS_PER_STEP]
     after = list(critic.novelty_model.predictor.parameters())
     assert all(not torch.equal(a, b) for a, b in zip(after, before))
-    assert critic.novelty_model.count == 64
+    assert critic.novelty_model.count == 1500
+
+
+@pytest.mark.parametrize("cls", [QCritic, SampledActionCritic])
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_an_updates_td_targets_add_the_bonus_scored_before_its_predictor_steps(cls, n_step):
+    critic = _fed_critic(cls, novelty=0.5, n=200, updates_per_step=0.5, n_step=n_step)
+    scored = []  # one scoring per update, of each needed row once; the bonus of x is x's first input
+    critic.novelty_model.bonus = lambda x, batches=1: scored.append((len(x), batches)) or x[:, 0] + 10.0
+    trained = []
+    critic.novelty_model.train = lambda x: trained.append(scored[:]) or 0.0
+    seen = []
+    novelty_of = critic._novelty_of
+    critic._novelty_of = lambda rows: seen.append((np.array(rows), novelty_of(rows))) or seen[-1][1]
+    policy = critic_policy(cls, critic)
+    critic.update(policy)
+    assert len(scored) == 1 and trained and all(t == scored for t in trained)
+    needed = np.unique(np.concatenate([rows for rows, _ in seen]))
+    assert scored == [(len(needed), 100)] and len(seen) == 100  # the 100 steps count 100 batches
+    for rows, bonus in seen:
+        torch.testing.assert_close(bonus, torch.as_tensor(critic._data["next_obs"][rows, 0]) + 10.0)
+    assert critic._novelty_table is None  # outside an update the bonus is scored when asked
+
+
+def critic_policy(cls, critic):
+    """A fresh policy for ``critic``'s observation space and its kind of actions."""
+    if cls is QCritic:
+        return MlpPolicy(critic.observation_space, spaces.Discrete(3), lambda _: 1e-3)
+    return GaussianMlpPolicy(critic.observation_space, spaces.Box(-1.0, 1.0, (2,), dtype=np.float32), lambda _: 1e-3)
 
 
 def test_bad_novelty_settings_are_refused_naming_the_value():
@@ -130,17 +162,28 @@ def test_by_default_the_bonus_is_on_for_flat_observations_until_a_signal_and_off
     # The agent says what its critic will be before building it, and builds that critic.
     for env, kwargs, want in (
         ("MountainCar-v0", None,
-         {"bootstrap": "own", "novelty": 1.0, "novelty_stop": "signal", "n_step": DEFAULT_N_STEP, "n_critics": 2}),
+         {"bootstrap": "own", "novelty": 1.0, "novelty_stop": "signal", "n_step": DEFAULT_N_STEP, "n_critics": 2,
+          "batch_size": 256, "updates_per_step": 0.25, "novelty_training": "per_update"}),
         ("MountainCar-v0", {"novelty": 0.0, "n_critics": 3},
-         {"bootstrap": "own", "novelty": 0.0, "novelty_stop": "signal", "n_step": DEFAULT_N_STEP, "n_critics": 3}),
+         {"bootstrap": "own", "novelty": 0.0, "novelty_stop": "signal", "n_step": DEFAULT_N_STEP, "n_critics": 3,
+          "batch_size": 256, "updates_per_step": 0.25}),
         ("Pendulum-v1", {"novelty": 2.0, "novelty_stop": "never", "n_step": 3},
-         {"bootstrap": "own", "novelty": 2.0, "novelty_stop": "never", "n_step": 3, "n_critics": 4}),
-    ):  # two critics of Discrete actions by default, four of sampled ones
+         {"bootstrap": "own", "novelty": 2.0, "novelty_stop": "never", "n_step": 3, "n_critics": 4,
+          "batch_size": 128, "updates_per_step": 0.2, "n_target_actions": 2, "novelty_training": "per_update"}),
+        ("Pendulum-v1", {"batch_size": 64, "n_target_actions": 3},
+         {"bootstrap": "own", "novelty": 1.0, "novelty_stop": "signal", "n_step": DEFAULT_N_STEP, "n_critics": 4,
+          "batch_size": 64, "updates_per_step": 0.2, "n_target_actions": 3, "novelty_training": "per_update"}),
+    ):  # Discrete actions: two critics, 0.25 steps of 256 rows; sampled ones: four, 0.2 steps of 128
         model = TPO("MlpPolicy", env, critic_kwargs=kwargs, batch_size=8, seed=0)
         assert model.resolved_critic_settings() == want
         critic = model.learn(16).critic
         built = {"bootstrap": critic.bootstrap, "novelty": critic.novelty, "novelty_stop": critic.novelty_stop,
-                 "n_step": critic.n_step, "n_critics": critic.q.n_critics}
+                 "n_step": critic.n_step, "n_critics": critic.q.n_critics, "batch_size": critic.batch_size,
+                 "updates_per_step": critic.updates_per_step}
+        if hasattr(critic, "n_target_actions"):
+            built["n_target_actions"] = critic.n_target_actions
+        if critic.novelty_model is not None:
+            built["novelty_training"] = "per_update"  # the only way it trains
         assert built == want
 
 
@@ -309,3 +352,16 @@ def test_a_run_whose_env_signals_before_the_first_critic_step_is_the_run_without
         assert torch.equal(a, b)
     for a, b in zip(plain.critic.q.parameters(), gated.critic.q.parameters()):
         assert torch.equal(a, b)
+
+
+def test_a_bonus_scored_for_several_batches_weighs_the_past_as_that_many_scorings_would():
+    rng = np.random.default_rng(0)
+    x = torch.as_tensor(rng.normal(size=(64, 2)), dtype=torch.float32)
+    once, each = RandomNetworkNovelty(2, seed=0), RandomNetworkNovelty(2, seed=0)
+    for model in (once, each):
+        model.observe(x)
+        model.bonus(x * 3.0)  # a past of another scale
+    once.bonus(x, batches=5)
+    for _ in range(5):
+        each.bonus(x)
+    assert once.bonus_ms == pytest.approx(each.bonus_ms, rel=1e-6)

@@ -561,25 +561,39 @@ class GroupedAlgorithm(BaseAlgorithm):
         """What the critic of ``critic`` groups is set to, defaults resolved on this agent's
         observation and action spaces without building it: ``bootstrap``, ``novelty`` (the
         bonus's weight, 0 where the critic encodes its observations), ``novelty_stop``,
-        ``n_step`` and ``n_critics`` (two for ``Discrete`` actions, four for sampled ones)."""
+        ``n_step``, ``n_critics`` (two for ``Discrete`` actions, four for sampled ones),
+        ``batch_size`` (256 for ``Discrete`` actions, 128 for sampled ones),
+        ``updates_per_step`` (0.25, 0.2), for sampled actions ``n_target_actions`` (2) and,
+        where the bonus is on, ``novelty_training`` (``"per_update"``: the predictor trains and
+        scores once per critic update, :data:`~tpo_agents.rollout.critic.NOVELTY_ROWS_PER_STEP`
+        rows a step)."""
         from tpo_agents.rollout.critic import (
+            DEFAULT_BATCH_SIZE,
             DEFAULT_BOOTSTRAP,
             DEFAULT_N_CRITICS,
             DEFAULT_N_STEP,
             DEFAULT_NOVELTY_STOP,
+            SAMPLED_BATCH_SIZE,
             SAMPLED_N_CRITICS,
+            SAMPLED_N_TARGET_ACTIONS,
+            SAMPLED_UPDATES_PER_STEP,
             resolved_novelty,
         )
 
         kwargs = self.critic_kwargs
         novelty = resolved_novelty(kwargs.get("novelty"), self.observation_space, kwargs.get("features_extractor_class"))
-        n_critics = DEFAULT_N_CRITICS if isinstance(self.action_space, spaces.Discrete) else SAMPLED_N_CRITICS
+        discrete = isinstance(self.action_space, spaces.Discrete)
+        n_critics = DEFAULT_N_CRITICS if discrete else SAMPLED_N_CRITICS
         return {
             "bootstrap": kwargs.get("bootstrap", DEFAULT_BOOTSTRAP),
             "novelty": float(novelty),
             "novelty_stop": kwargs.get("novelty_stop", DEFAULT_NOVELTY_STOP),
             "n_step": int(kwargs.get("n_step", DEFAULT_N_STEP)),
             "n_critics": int(kwargs.get("n_critics", n_critics)),
+            "batch_size": int(kwargs.get("batch_size", DEFAULT_BATCH_SIZE if discrete else SAMPLED_BATCH_SIZE)),
+            "updates_per_step": float(kwargs.get("updates_per_step", 0.25 if discrete else SAMPLED_UPDATES_PER_STEP)),
+            **({} if discrete else {"n_target_actions": int(kwargs.get("n_target_actions", SAMPLED_N_TARGET_ACTIONS))}),
+            **({"novelty_training": "per_update"} if novelty > 0 else {}),
         }
 
     def _step_hook(self, callback: BaseCallback) -> OnStep:

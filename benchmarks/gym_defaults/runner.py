@@ -151,16 +151,30 @@ def made_with_current_defaults(run: Run, record: dict) -> bool:
     if isinstance(resolved, dict) and resolved.get("group_mode") == "critic":
         # Made before the critics' bootstrap, novelty bonus and n-step targets were recorded:
         # every critic bootstrapped from its own target net after one step, with no bonus.
-        # Made before the ensemble's size was recorded: four critics (the default until 2026-12-07).
+        # Made before the ensemble's size was recorded: four critics (the default until 2026-12-07);
+        # before the batch and the steps per transition were: 256 rows, 0.25 steps (sampled
+        # actions: 128 rows, 0.2 steps and two next actions since 2026-12-08).
         resolved = {"critic_bootstrap": "own", "critic_novelty": 0.0, "critic_novelty_stop": "never",
-                    "critic_n_step": 1, "critic_n_critics": 4, **resolved}
+                    "critic_n_step": 1, "critic_n_critics": 4, "critic_batch_size": 256,
+                    "critic_updates_per_step": 0.25, **resolved}
+        if "critic_n_target_actions" in current:  # sampled actions: four next actions until 2026-12-08
+            resolved = {"critic_n_target_actions": 4, **resolved}
+        if resolved["critic_novelty"] > 0.0:  # made before 2026-12-08's bonus once per critic update
+            resolved = {"critic_novelty_training": "per_step", **resolved}
+        if (
+            resolved.get("critic_novelty_training") == "per_step"
+            and {**resolved, "critic_novelty_training": "per_update"} == current
+            and stopped_bonus_never_scored(run)
+        ):  # a bonus never scored was never trained either: the same run
+            resolved = {**resolved, "critic_novelty_training": "per_update"}
         if (
             resolved["critic_novelty"] == 0.0
             and current.get("critic_novelty", 0.0) > 0.0
             and current.get("critic_novelty_stop") == "signal"
             and stopped_bonus_never_scored(run)
         ):  # then no bonus and today's bonus, stopped at the signal, make the same run
-            resolved = {**resolved, "critic_novelty": current["critic_novelty"], "critic_novelty_stop": "signal"}
+            resolved = {**resolved, "critic_novelty": current["critic_novelty"], "critic_novelty_stop": "signal",
+                        "critic_novelty_training": "per_update"}
     return resolved == current
 
 

@@ -66,6 +66,20 @@ critic step; the critic of sampled actions keeps four (:data:`SAMPLED_N_CRITICS`
 SAMPLED_N_CRITICS = 4
 """The sampled-action critic's default ``n_critics``: two lost two of four Pendulum-v1 tuning
 seeds (docs/algorithms.md 4.5)."""
+DEFAULT_BATCH_SIZE = 256
+"""The ``Discrete`` critic's default ``batch_size`` (replayed transitions per critic step)."""
+SAMPLED_BATCH_SIZE = 128
+"""The sampled-action critic's default ``batch_size`` (the ``Discrete`` critic's: 256). Its
+steps cost about twice the ``Discrete`` critic's at the same batch (four critics, each scoring
+``n_target_actions`` next actions per row); with :data:`SAMPLED_UPDATES_PER_STEP` and two next
+actions it held Pendulum-v1's tuning seeds (docs/algorithms.md 4.5 *Cheaper sampled-action
+critic steps*)."""
+SAMPLED_UPDATES_PER_STEP = 0.2
+"""The sampled-action critic's default ``updates_per_step`` (the ``Discrete`` critic's: 0.25;
+0.15 lost Pendulum-v1's tuning seeds)."""
+SAMPLED_N_TARGET_ACTIONS = 2
+"""The sampled-action critic's default ``n_target_actions`` (4 until 2026-12-08; 1 lost
+Pendulum-v1's tuning seeds)."""
 NOVELTY_STOPS = ("never", "signal", "fade")
 """When a critic's novelty bonus stops (``novelty_stop``)."""
 DEFAULT_NOVELTY = 1.0
@@ -79,6 +93,10 @@ DEFAULT_N_STEP = 3
 carried MountainCar-v0's goal back fast enough for TPO to pass PPO-zoo (docs/algorithms.md 4.5)."""
 POLICY_CHUNK = 8192
 """Rows per policy forward when a critic update scores the next observations of all its steps."""
+NOVELTY_ROWS_PER_STEP = 1024
+"""Replayed rows per step of the novelty predictor: a critic update trains it once, on the next
+observations its critic steps drew, in steps of this many rows (a quarter as many steps as the
+critic's at the default ``batch_size``, on four times the rows each)."""
 NOVELTY_FLOOR = 2.0**-10
 """A fading bonus whose weight has fallen below this fraction of ``novelty`` (ten half-lives)
 is off: no more bonus in the TD targets, no more predictor steps."""
@@ -290,8 +308,11 @@ class QCritic:
     :param net_arch: hidden layer sizes.
     :param learning_rate: Adam's learning rate for the critic.
     :param buffer_size: transitions kept (the most recent).
-    :param batch_size: transitions per critic gradient step.
-    :param updates_per_step: critic gradient steps per collected transition.
+    :param batch_size: transitions per critic gradient step (default
+        :data:`DEFAULT_BATCH_SIZE`, 256; the critic of sampled actions:
+        :data:`SAMPLED_BATCH_SIZE`, 128).
+    :param updates_per_step: critic gradient steps per collected transition (default 0.25; the
+        critic of sampled actions: :data:`SAMPLED_UPDATES_PER_STEP`, 0.2).
     :param tau: Polyak coefficient of the target network.
     :param relative_floor: the advantages' scale is at least this fraction of the mean
         ``|V|`` (0 by default: ``|V|`` moves with a constant added to the reward; under
@@ -374,7 +395,7 @@ class QCritic:
         net_arch: tuple[int, ...] = (64, 64),
         learning_rate: float = 1e-3,
         buffer_size: int = 50_000,
-        batch_size: int = 256,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         updates_per_step: float = 0.25,
         tau: float = 0.005,
         relative_floor: float = 0.0,
@@ -457,6 +478,8 @@ class QCritic:
         self._n = 0
         self._pos = 0
         self._pending = 0
+        self._novelty_table: torch.Tensor | None = None
+        """During an update, the bonus of the replay rows its TD targets need (else None)."""
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # A critic pickled (with its agent) before value_floor existed keeps the rule it was
@@ -470,6 +493,7 @@ class QCritic:
         state.setdefault("novelty_model", None)
         state.setdefault("novelty_stop", "never")
         state.setdefault("novelty_half_life", DEFAULT_NOVELTY_HALF_LIFE)
+        state.setdefault("_novelty_table", None)
         state.setdefault("_fade_from", None)
         state.setdefault("n_step", 1)
         state.setdefault("_last_rows", None)
@@ -746,14 +770,13 @@ class QCritic:
         if window is None:
             r = torch.as_tensor(d["rewards"][i], device=self.device)
             if self.novelty_active:  # the env's reward plus the next state's novelty
-                r = r + self.novelty_weight * self.novelty_model.bonus(self._features(take_obs(d["next_obs"], i)))
+                r = r + self.novelty_weight * self._novelty_of(i)
             done = torch.as_tensor(d["terminated"][i], device=self.device)
             return r + self.gamma * (1 - done) * bootstrap_values(next_value, self.bootstrap)
         rows, discounts, _, boot_discount = window
         r = torch.as_tensor(d["rewards"][rows], device=self.device)  # [n, B]
-        if self.novelty_active:  # each step's next state's novelty, scored in one batch
-            novel = self.novelty_model.bonus(self._features(take_obs(d["next_obs"], rows.reshape(-1))))
-            r = r + self.novelty_weight * novel.view(rows.shape)
+        if self.novelty_active:  # each step's next state's novelty
+            r = r + self.novelty_weight * self._novelty_of(rows.reshape(-1)).view(rows.shape)
         ret = (torch.as_tensor(discounts, device=self.device) * r).sum(0)
         return ret + torch.as_tensor(boot_discount, device=self.device) * bootstrap_values(next_value, self.bootstrap)
 
@@ -766,12 +789,24 @@ class QCritic:
             return 0.0
         online = [*self.q.parameters(), *self._extractor_parameters()]
         target = [*self.q_target.parameters(), *self._extractor_parameters(target=True)]
-        losses = []
         # The policy stays as it is through these steps, so its probabilities at every step's
         # next observations (and the n-step windows) come from one batch: one policy forward
         # per update instead of one per step, row for row the numbers of the per-step calls.
         draws = self.rng.integers(0, self._n, size=(steps, self.batch_size))
         window, pi2 = self._prepare(draws.reshape(-1), policy)
+        if self.novelty_active:
+            self._score_and_train_novelty(draws.reshape(-1), window)
+        try:
+            losses = self._critic_steps(draws, window, pi2, policy, online, target)
+        finally:
+            self._novelty_table = None
+        # float32 losses to float64, averaged as np.mean averaged the .item() floats
+        return float(np.mean(torch.stack(losses).cpu().numpy().astype(np.float64)))
+
+    def _critic_steps(self, draws: np.ndarray, window, pi2: torch.Tensor, policy, online: list, target: list) -> list:
+        """One critic gradient step per row of ``draws`` (``[steps, batch_size]`` replay rows),
+        each followed by the target nets' Polyak step; the steps' losses (tensors)."""
+        losses = []
         for k, i in enumerate(draws):
             rows = slice(k * self.batch_size, (k + 1) * self.batch_size)
             part = None if window is None else (window[0][:, rows], window[1][:, rows], window[2][rows], window[3][rows])
@@ -785,10 +820,32 @@ class QCritic:
                 torch._foreach_mul_(target, 1 - self.tau)
                 torch._foreach_add_(target, online, alpha=self.tau)
             losses.append(loss.detach())  # no .item() per step: it would wait for the device on CUDA
-            if self.novelty_active:  # what was novel in this batch is less so now
-                self.novelty_model.train(self._features(take_obs(self._data["next_obs"], i)))
-        # float32 losses to float64, averaged as np.mean averaged the .item() floats
-        return float(np.mean(torch.stack(losses).cpu().numpy().astype(np.float64)))
+        return losses
+
+    def _score_and_train_novelty(self, rows: np.ndarray, window) -> None:
+        """Score, with the predictor as it is, the novelty of every next observation the
+        update's TD targets add (each distinct replay row once, into :attr:`_novelty_table`),
+        then train the predictor on the next observations of ``rows`` (the update's draws),
+        :data:`NOVELTY_ROWS_PER_STEP` at a time. One batched pass instead of a scoring and a
+        predictor step per critic step: the predictor's work was most of a critic update's
+        time while the bonus is on (MountainCar-v0), in small, overhead-bound calls."""
+        d = self._data
+        needed = np.unique(rows if window is None else window[0].reshape(-1))
+        table = torch.zeros(self.buffer_size, device=self.device)
+        table[torch.as_tensor(needed, device=self.device)] = self.novelty_model.bonus(
+            self._features(take_obs(d["next_obs"], needed)), batches=len(rows) // self.batch_size
+        )
+        self._novelty_table = table
+        for start in range(0, len(rows), NOVELTY_ROWS_PER_STEP):  # what was novel is less so now
+            chunk = rows[start : start + NOVELTY_ROWS_PER_STEP]
+            self.novelty_model.train(self._features(take_obs(d["next_obs"], chunk)))
+
+    def _novelty_of(self, rows: np.ndarray) -> torch.Tensor:
+        """The novelty bonus of replay rows' next observations, ``[len(rows)]``: from the
+        update's table (:meth:`_score_and_train_novelty`), or scored now outside an update."""
+        if self._novelty_table is not None:
+            return self._novelty_table[torch.as_tensor(rows, device=self.device)]
+        return self.novelty_model.bonus(self._features(take_obs(self._data["next_obs"], rows)))
 
     @torch.no_grad()
     def advantages(self, obs, policy) -> torch.Tensor:

@@ -82,11 +82,15 @@ class RandomNetworkNovelty:
         return (self.predictor(z) - self.fixed(z)).pow(2).mean(-1)
 
     @torch.no_grad()
-    def bonus(self, x: torch.Tensor) -> torch.Tensor:
-        """The batch's novelty ``[N]``, over the running root mean square of past bonuses."""
+    def bonus(self, x: torch.Tensor, batches: int = 1) -> torch.Tensor:
+        """The batch's novelty ``[N]``, over the running root mean square of past bonuses.
+        ``batches``: how many of the batches the running mean's ``decay`` counts this one as
+        (a critic update scores all its steps' batches at once: the past's weight is
+        ``decay ** batches``, as if each had been scored in turn)."""
         raw = self._error(x)
         ms = float(raw.pow(2).mean())
-        self.bonus_ms = ms if self.bonus_ms is None else self.decay * self.bonus_ms + (1 - self.decay) * ms
+        past = self.decay**batches
+        self.bonus_ms = ms if self.bonus_ms is None else past * self.bonus_ms + (1 - past) * ms
         return raw / max(self.bonus_ms, 1e-12) ** 0.5
 
     def train(self, x: torch.Tensor) -> float:

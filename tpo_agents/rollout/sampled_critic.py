@@ -29,7 +29,10 @@ from torch import nn
 
 from tpo_agents.checks import int_at_least
 from tpo_agents.rollout.critic import (
+    SAMPLED_BATCH_SIZE,
     SAMPLED_N_CRITICS,
+    SAMPLED_N_TARGET_ACTIONS,
+    SAMPLED_UPDATES_PER_STEP,
     QCritic,
     QEnsemble,
     critic_advantages,
@@ -94,9 +97,16 @@ class SampledActionCritic(QCritic):
 
     :param action_space: the env's (single) action space, one of :data:`SAMPLED_ACTION_SPACES`.
     :param n_target_actions: next actions sampled from the current policy per transition to
-        estimate ``E_{a' ~ pi} Q(s', a')`` in the expected-SARSA target.
+        estimate ``E_{a' ~ pi} Q(s', a')`` in the expected-SARSA target (default
+        :data:`~tpo_agents.rollout.critic.SAMPLED_N_TARGET_ACTIONS`, 2).
     :param n_critics: the ensemble's size; four by default (:data:`~tpo_agents.rollout.critic.SAMPLED_N_CRITICS`),
         where the ``Discrete`` critic has two.
+    :param batch_size: transitions per critic step; 128 by default
+        (:data:`~tpo_agents.rollout.critic.SAMPLED_BATCH_SIZE`), where the ``Discrete`` critic
+        takes 256.
+    :param updates_per_step: critic steps per collected transition; 0.2 by default
+        (:data:`~tpo_agents.rollout.critic.SAMPLED_UPDATES_PER_STEP`), where the ``Discrete``
+        critic takes 0.25.
     """
 
     sampled = True
@@ -107,9 +117,11 @@ class SampledActionCritic(QCritic):
         observation_space: spaces.Space,
         action_space: spaces.Space,
         device: torch.device | str = "cpu",
-        n_target_actions: int = 4,
+        n_target_actions: int = SAMPLED_N_TARGET_ACTIONS,
         net_arch: tuple[int, ...] = (64, 64),
         n_critics: int = SAMPLED_N_CRITICS,
+        batch_size: int = SAMPLED_BATCH_SIZE,
+        updates_per_step: float = SAMPLED_UPDATES_PER_STEP,
         **kwargs: Any,
     ):
         if kwargs.get("replay_pool", 1) != 1:
@@ -119,7 +131,8 @@ class SampledActionCritic(QCritic):
             )
         self.encoder = ActionEncoder(action_space)
         self.n_target_actions = int_at_least("n_target_actions", n_target_actions, 1)
-        super().__init__(observation_space, 1, device, net_arch=net_arch, n_critics=n_critics, **kwargs)
+        super().__init__(observation_space, 1, device, net_arch=net_arch, n_critics=n_critics, batch_size=batch_size,
+                         updates_per_step=updates_per_step, **kwargs)
         # The observation's features as the Discrete critic reads them (its first layer's
         # input), then the action's.
         in_dim = self.q.in_dim + self.encoder.width
