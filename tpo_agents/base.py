@@ -573,6 +573,7 @@ class GroupedAlgorithm(BaseAlgorithm):
             DEFAULT_N_CRITICS,
             DEFAULT_N_STEP,
             DEFAULT_NOVELTY_STOP,
+            DEFAULT_UPDATES_PER_STEP,
             SAMPLED_BATCH_SIZE,
             SAMPLED_N_CRITICS,
             SAMPLED_N_TARGET_ACTIONS,
@@ -591,7 +592,7 @@ class GroupedAlgorithm(BaseAlgorithm):
             "n_step": int(kwargs.get("n_step", DEFAULT_N_STEP)),
             "n_critics": int(kwargs.get("n_critics", n_critics)),
             "batch_size": int(kwargs.get("batch_size", DEFAULT_BATCH_SIZE if discrete else SAMPLED_BATCH_SIZE)),
-            "updates_per_step": float(kwargs.get("updates_per_step", 0.25 if discrete else SAMPLED_UPDATES_PER_STEP)),
+            "updates_per_step": float(kwargs.get("updates_per_step", DEFAULT_UPDATES_PER_STEP if discrete else SAMPLED_UPDATES_PER_STEP)),
             **({} if discrete else {"n_target_actions": int(kwargs.get("n_target_actions", SAMPLED_N_TARGET_ACTIONS))}),
             **({"novelty_training": "per_update"} if novelty > 0 else {}),
         }

@@ -68,6 +68,8 @@ SAMPLED_N_CRITICS = 4
 seeds (docs/algorithms.md 4.5)."""
 DEFAULT_BATCH_SIZE = 256
 """The ``Discrete`` critic's default ``batch_size`` (replayed transitions per critic step)."""
+DEFAULT_UPDATES_PER_STEP = 0.25
+"""The ``Discrete`` critic's default ``updates_per_step`` (critic steps per transition)."""
 SAMPLED_BATCH_SIZE = 128
 """The sampled-action critic's default ``batch_size`` (the ``Discrete`` critic's: 256). Its
 steps cost about twice the ``Discrete`` critic's at the same batch (four critics, each scoring
@@ -396,7 +398,7 @@ class QCritic:
         learning_rate: float = 1e-3,
         buffer_size: int = 50_000,
         batch_size: int = DEFAULT_BATCH_SIZE,
-        updates_per_step: float = 0.25,
+        updates_per_step: float = DEFAULT_UPDATES_PER_STEP,
         tau: float = 0.005,
         relative_floor: float = 0.0,
         value_floor: float = 0.5,
