@@ -282,6 +282,11 @@ def test_the_default_critic_is_an_ensemble_and_bad_options_are_named():
         QCritic(spaces.Discrete(4), 2, n_critics=0)
     with pytest.raises(ValueError, match="noise_scale"):
         QCritic(spaces.Discrete(4), 2, noise_scale=-1.0)
+    box = spaces.Box(-1.0, 1.0, (2,), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"batch_size must be an integer >= 1; got 0"):
+        SampledActionCritic(spaces.Discrete(4), box, batch_size=0)
+    with pytest.raises(ValueError, match=r"updates_per_step must be a finite number >= 0; got -0.2"):
+        QCritic(spaces.Discrete(4), 2, updates_per_step=-0.2)
 
 
 def test_bootstrap_values_give_each_critic_its_own_or_the_ensembles_lowest():

@@ -418,7 +418,9 @@ class QCritic:
         n_step: int = DEFAULT_N_STEP,
     ):
         self.observation_space, self.n_actions, self.device = observation_space, n_actions, torch.device(device)
-        self.gamma, self.batch_size, self.updates_per_step, self.tau = gamma, batch_size, updates_per_step, tau
+        self.gamma, self.tau = gamma, tau
+        self.batch_size = int_at_least("batch_size", batch_size, 1)
+        self.updates_per_step = real_number("updates_per_step", updates_per_step, at_least=0.0)
         self.relative_floor = real_number("relative_floor", relative_floor, at_least=0.0)
         self.value_floor = real_number("value_floor", value_floor, at_least=0.0)
         self.learning_starts = int_at_least("learning_starts", learning_starts, 0)
